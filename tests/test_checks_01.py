@@ -1,0 +1,832 @@
+"""Tests of the checks of chapter 1 (coursepkg.checks): the checks are graded code too.
+
+Every task must give full marks (public and hidden) to the reference and to a correct
+implementation written differently here, take points from plausible wrong implementations with
+the hint that names their mistake, and never leak hidden data. ``check`` must print and never
+raise, whatever the student hands it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+from collections import Counter, defaultdict
+
+import pytest
+
+from coursepkg import checks
+from coursepkg.checks import ch01_ngrams as ch01
+from coursepkg.checks import core
+from coursepkg.ngram import NGramLM
+
+TASK_IDS = ("1.1", "1.2", "1.3", "1.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct implementations written differently from the references
+# ---------------------------------------------------------------------------------------------
+
+
+def count_ngrams_alt(sentences, n):
+    counts = defaultdict(int)
+    for sentence in sentences:
+        tokens = ("<s>",) * (n - 1) + tuple(sentence) + ("</s>",)
+        for end in range(n, len(tokens) + 1):
+            counts[tokens[end - n : end]] += 1
+    return counts
+
+
+def mle_prob_alt(counts, word, context):
+    by_context = defaultdict(Counter)
+    for gram, c in counts.items():
+        by_context[gram[:-1]][gram[-1]] += c
+    followers = by_context.get(tuple(context))
+    if not followers:
+        return 0
+    return followers[word] / sum(followers.values())
+
+
+def add_k_prob_alt(counts, vocab, word, context, k):
+    context = tuple(context)
+    c_context = 0
+    for gram, c in counts.items():
+        if gram[: len(context)] == context and len(gram) == len(context) + 1:
+            c_context += c
+    smoothed = {w: counts.get(context + (w,), 0) + k for w in vocab}
+    return smoothed[word] / (c_context + k * len(vocab))
+
+
+def perplexity_alt(model, sentences):
+    """Base-2 logs of model.prob, then 2 ** cross-entropy: the same number."""
+    log2_sum, count = 0.0, 0
+    for sentence in sentences:
+        history = ["<s>"] * (model.n - 1)
+        for token in list(sentence) + ["</s>"]:
+            context = tuple(history[len(history) - (model.n - 1) :]) if model.n > 1 else ()
+            log2_sum += math.log2(model.prob(token, context))
+            count += 1
+            history.append(token)
+    return 2 ** (-log2_sum / count)
+
+
+CORRECT = {
+    "1.1": [ch01.count_ngrams, count_ngrams_alt],
+    "1.2": [ch01.mle_prob, mle_prob_alt],
+    "1.3": [ch01.add_k_prob, add_k_prob_alt],
+    "1.4": [ch01.perplexity, perplexity_alt],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plausible wrong implementations, each with the hint it must get
+# ---------------------------------------------------------------------------------------------
+
+
+def _windows(tokens, n, stop_early=False):
+    last = len(tokens) - n if stop_early else len(tokens) - n + 1
+    return [tuple(tokens[i : i + n]) for i in range(last)]
+
+
+def count_no_eos(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(_windows(["<s>"] * (n - 1) + s, n))
+    return counts
+
+
+def count_off_by_one(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(_windows(["<s>"] * (n - 1) + s + ["</s>"], n, stop_early=True))
+    return counts
+
+
+def count_n_bos(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(_windows(["<s>"] * n + s + ["</s>"], n))
+    return counts
+
+
+def count_no_padding(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(_windows(s, n))
+    return counts
+
+
+def count_string_keys(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(" ".join(g) for g in _windows(["<s>"] * (n - 1) + s + ["</s>"], n))
+    return counts
+
+
+def count_last_sentence_only(sentences, n):
+    for s in sentences:
+        counts = Counter(_windows(["<s>"] * (n - 1) + s + ["</s>"], n))
+    return counts
+
+
+def count_overwrite(sentences, n):
+    counts = {}
+    for s in sentences:
+        counts.update(Counter(_windows(["<s>"] * (n - 1) + s + ["</s>"], n)))
+    return counts
+
+
+def count_presence(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(set(_windows(["<s>"] * (n - 1) + s + ["</s>"], n)))
+    return counts
+
+
+def count_eos_per_order(sentences, n):
+    counts = Counter()
+    for s in sentences:
+        counts.update(_windows(["<s>"] * (n - 1) + s + ["</s>"] * (n - 1), n))
+    return counts
+
+
+def mle_joint(counts, word, context):
+    return counts.get(tuple(context) + (word,), 0) / sum(counts.values())
+
+
+def mle_distinct(counts, word, context):
+    followers = [g for g in counts if g[:-1] == tuple(context)]
+    return counts.get(tuple(context) + (word,), 0) / len(followers) if followers else 0.0
+
+
+def mle_wrong_end(counts, word, context):
+    total = sum(c for g, c in counts.items() if g[1:] == tuple(context))
+    return counts.get(tuple(context) + (word,), 0) / total if total else 0.0
+
+
+def mle_word_first(counts, word, context):
+    total = sum(c for g, c in counts.items() if g[:-1] == tuple(context))
+    return counts.get((word,) + tuple(context), 0) / total if total else 0.0
+
+
+def mle_not_normalised(counts, word, context):
+    return float(counts.get(tuple(context) + (word,), 0))
+
+
+def mle_crashes_on_unseen_context(counts, word, context):
+    total = sum(c for g, c in counts.items() if g[:-1] == tuple(context))
+    return counts.get(tuple(context) + (word,), 0) / total
+
+
+def mle_key_error(counts, word, context):
+    total = sum(c for g, c in counts.items() if g[:-1] == tuple(context))
+    return counts[tuple(context) + (word,)] / total if total else 0.0
+
+
+def _c_context(counts, context):
+    return sum(c for g, c in counts.items() if g[:-1] == tuple(context))
+
+
+def add_k_no_kv(counts, vocab, word, context, k):
+    c_context = _c_context(counts, context)
+    if c_context == 0:
+        return 1 / len(vocab)
+    return (counts.get(tuple(context) + (word,), 0) + k) / c_context
+
+
+def add_k_v_plus_one(counts, vocab, word, context, k):
+    size = len(vocab) + 1  # "and <s>"
+    return (counts.get(tuple(context) + (word,), 0) + k) / (_c_context(counts, context) + k * size)
+
+
+def add_k_v_from_counts(counts, vocab, word, context, k):
+    size = len({token for g in counts for token in g})
+    return (counts.get(tuple(context) + (word,), 0) + k) / (_c_context(counts, context) + k * size)
+
+
+def add_k_ignores_k(counts, vocab, word, context, k):
+    c = counts.get(tuple(context) + (word,), 0)
+    return (c + 1) / (_c_context(counts, context) + len(vocab))
+
+
+def add_k_k_once(counts, vocab, word, context, k):
+    return (counts.get(tuple(context) + (word,), 0) + k) / (_c_context(counts, context) + k)
+
+
+def add_k_numerator_without_k(counts, vocab, word, context, k):
+    return counts.get(tuple(context) + (word,), 0) / (_c_context(counts, context) + k * len(vocab))
+
+
+def add_k_zero_for_unseen_context(counts, vocab, word, context, k):
+    c_context = _c_context(counts, context)
+    if c_context == 0:
+        return 0.0
+    return (counts.get(tuple(context) + (word,), 0) + k) / (c_context + k * len(vocab))
+
+
+def _token_logprobs(model, sentence, *, eos=True, include_token=False):
+    n = model.n
+    tokens = ["<s>"] * (n - 1) + sentence + (["</s>"] if eos else [])
+    out = []
+    for i in range(n - 1, len(tokens)):
+        context = tokens[i - n + 2 : i + 1] if include_token else tokens[i - n + 1 : i]
+        out.append(model.logprob(tokens[i], tuple(context)))
+    return out
+
+
+def ppl_no_eos(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s, eos=False)]
+    return math.exp(-sum(lps) / len(lps))
+
+
+def ppl_counts_bos(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s)]
+    n_tokens = sum(len(s) + 1 + (model.n - 1) for s in sentences)
+    return math.exp(-sum(lps) / n_tokens)
+
+
+def ppl_log10_then_exp(model, sentences):
+    lps = [math.log10(model.prob(*args)) for s in sentences for args in _pairs(model, s)]
+    return math.exp(-sum(lps) / len(lps))
+
+
+def _pairs(model, sentence):
+    tokens = ["<s>"] * (model.n - 1) + sentence + ["</s>"]
+    n = model.n
+    return [(tokens[i], tuple(tokens[i - n + 1 : i])) for i in range(n - 1, len(tokens))]
+
+
+def ppl_ten_to_the(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s)]
+    return 10 ** (-sum(lps) / len(lps))
+
+
+def ppl_no_exp(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s)]
+    return -sum(lps) / len(lps)
+
+
+def ppl_per_sentence_mean(model, sentences):
+    values = []
+    for s in sentences:
+        lps = _token_logprobs(model, s)
+        values.append(math.exp(-sum(lps) / len(lps)))
+    return sum(values) / len(values)
+
+
+def ppl_sum(model, sentences):
+    return math.exp(-sum(lp for s in sentences for lp in _token_logprobs(model, s)))
+
+
+def ppl_no_minus(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s)]
+    return math.exp(sum(lps) / len(lps))
+
+
+def ppl_context_includes_token(model, sentences):
+    lps = [lp for s in sentences for lp in _token_logprobs(model, s, include_token=True)]
+    return math.exp(-sum(lps) / len(lps))
+
+
+def ppl_predicts_bos(model, sentences):
+    total, count = 0.0, 0
+    for s in sentences:
+        tokens = ["<s>"] * (model.n - 1) + s + ["</s>"]
+        for i, token in enumerate(tokens):
+            total += model.logprob(token, tuple(tokens[max(0, i - model.n + 1) : i]))
+            count += 1
+    return math.exp(-total / count)
+
+
+def ppl_calls_the_model(model, sentences):
+    return model.perplexity(sentences)
+
+
+WRONG = {
+    "1.1": [
+        (count_no_eos, ch01.HINT_LAST_NGRAM_MISSING),
+        (count_off_by_one, ch01.HINT_LAST_NGRAM_MISSING),
+        (count_n_bos, ch01.HINT_N_BOS),
+        (count_no_padding, ch01.HINT_NO_PADDING),
+        (count_string_keys, ch01.HINT_STRING_KEYS),
+        (count_last_sentence_only, ch01.HINT_LAST_SENTENCE_ONLY),
+        (count_overwrite, ch01.HINT_OVERWRITE),
+        (count_presence, ch01.HINT_PRESENCE),
+        (count_eos_per_order, ch01.HINT_EOS_PER_ORDER),
+    ],
+    "1.2": [
+        (mle_joint, ch01.HINT_JOINT),
+        (mle_distinct, ch01.HINT_DISTINCT),
+        (mle_wrong_end, ch01.HINT_WRONG_END),
+        (mle_word_first, ch01.HINT_WRONG_END),
+        (mle_not_normalised, ch01.HINT_NOT_NORMALISED),
+        (mle_crashes_on_unseen_context, ch01.HINT_MLE_UNSEEN_CONTEXT),
+        (mle_key_error, "counts.get(ngram, 0)"),
+    ],
+    "1.3": [
+        (add_k_no_kv, ch01.HINT_NO_KV),
+        (add_k_v_plus_one, ch01.HINT_V_SIZE),
+        (add_k_v_from_counts, ch01.HINT_V_SIZE),
+        (add_k_ignores_k, ch01.HINT_K_IGNORED),
+        (add_k_k_once, ch01.HINT_K_ONCE),
+        (add_k_numerator_without_k, ch01.HINT_K_NUMERATOR),
+        (add_k_zero_for_unseen_context, ch01.HINT_ADDK_UNSEEN_CONTEXT),
+    ],
+    "1.4": [
+        (ppl_no_eos, ch01.HINT_PPL_NO_EOS),
+        (ppl_counts_bos, ch01.HINT_PPL_BOS_IN_N),
+        (ppl_log10_then_exp, ch01.HINT_PPL_BASE),
+        (ppl_ten_to_the, ch01.HINT_PPL_BASE),
+        (ppl_no_exp, ch01.HINT_PPL_NO_EXP),
+        (ppl_per_sentence_mean, ch01.HINT_PPL_PER_SENTENCE),
+        (ppl_sum, ch01.HINT_PPL_SUM),
+        (ppl_no_minus, ch01.HINT_PPL_SIGN),
+        (ppl_context_includes_token, ch01.HINT_PPL_CONTEXT),
+        (ppl_predicts_bos, ch01.HINT_PPL_INFINITE),
+        (ppl_calls_the_model, "Compute the perplexity yourself from model.logprob"),
+    ],
+}
+
+WRONG_PARAMS = [
+    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
+    for task_id, wrongs in WRONG.items()
+    for func, hint in wrongs
+]
+
+
+def stub(*args):
+    raise NotImplementedError("Task 1.1: write count_ngrams")
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry and the cases
+# ---------------------------------------------------------------------------------------------
+
+
+def test_chapter_1_tasks_are_registered_in_order():
+    tasks = checks.tasks_for("01_ngrams")
+    assert [task.id for task in tasks] == list(TASK_IDS)
+    assert [task.func_name for task in tasks] == [
+        "count_ngrams", "mle_prob", "add_k_prob", "perplexity"
+    ]
+    assert checks.task_by_func_name("mle_prob", "01_ngrams") is checks.get_task("1.2")
+    assert checks.task_by_func_name("no_such_function") is None
+    with pytest.raises(KeyError, match="1.1, 1.2"):
+        checks.get_task("9.9")
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
+    task = checks.get_task(task_id)
+    assert len(task.public_cases) >= 3
+    assert len(task.hidden_cases) >= 2
+    assert all(case.points > 0 for case in task.cases)
+    assert 2 <= task.max_points(public_only=True) <= 4
+    assert task.max_points() == sum(case.points for case in task.cases)
+    assert len({case.name for case in task.cases}) == len(task.cases)
+    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
+    assert "nltk" in task.forbidden
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_case_args_are_plain_json(task_id):
+    task = checks.get_task(task_id)
+    for case in task.cases:
+        assert checks.plain_problem(case.args) is None, case.name
+        assert json.loads(json.dumps(case.args)) == case.args, case.name
+        expected = task.to_plain(task.reference(*task.build_args(case.args)))
+        assert checks.plain_problem(expected) is None
+        if isinstance(expected, float):
+            assert math.isfinite(expected), case.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct implementations: full marks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_correct_implementations_get_full_marks(task_id):
+    for func in CORRECT[task_id]:
+        result = checks.run_task(task_id, func, hidden=True)
+        assert result.status == "passed", [c.message for c in result.cases]
+        assert result.points == result.max_points == checks.get_task(task_id).max_points()
+        assert all(case.message == "" for case in result.cases)
+
+
+def test_public_run_is_public_only():
+    result = checks.run_task("1.1", ch01.count_ngrams)
+    assert not any(case.hidden for case in result.cases)
+    assert result.max_points == checks.get_task("1.1").max_points(public_only=True)
+
+
+def test_references_agree_with_the_package_model():
+    from coursepkg import ngram
+
+    for sentences in (ch01._MLE_CORPUS, [[], ["a"]]):
+        for n in (1, 2, 3):
+            expected = Counter(g for s in sentences for g in ngram.ngrams(ngram.pad(s, n), n))
+            assert ch01.count_ngrams(sentences, n) == dict(expected)
+    for case in checks.get_task("1.4").cases:
+        args = case.args
+        kwargs = {"k": args["k"]} if args["smoothing"] == "add_k" else {}
+        model = NGramLM(args["n"], args["smoothing"], **kwargs).fit(args["train"])
+        assert math.isclose(
+            ch01.perplexity(model, args["sentences"]), model.perplexity(args["sentences"]),
+            rel_tol=1e-12,
+        )
+
+
+def test_mle_reference_by_hand():
+    counts = {("the", "cat"): 2, ("the", "dog"): 1, ("a", "cat"): 1}
+    assert ch01.mle_prob(counts, "cat", ("the",)) == pytest.approx(2 / 3)
+    assert ch01.mle_prob(counts, "dog", ("a",)) == 0.0
+    assert ch01.mle_prob(counts, "cat", ("mat",)) == 0.0
+    # (1 + 0.5) / (3 + 0.5 * 4)
+    vocab = ["a", "cat", "dog", "the"]
+    assert ch01.add_k_prob(counts, vocab, "dog", ("the",), 0.5) == pytest.approx(1.5 / 5)
+    assert ch01.add_k_prob(counts, vocab, "dog", ("mat",), 0.5) == pytest.approx(1 / 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong implementations: lose points and get the hint that names their mistake
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
+def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
+    public = checks.run_task(task_id, func)
+    assert public.points < public.max_points
+    assert public.status in ("partial", "failed")
+    messages = [case.message for case in public.cases if case.status != "passed"]
+    assert any(hint in message for message in messages), messages
+    everything = checks.run_task(task_id, func, hidden=True)
+    assert everything.points < everything.max_points
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_wrong_implementations_are_told_apart(task_id):
+    """A failed public case names the function's own mistake, unless its output there is
+    identical to that of another known mistake (e.g. no padding = no '</s>' for unigrams)."""
+    task = checks.get_task(task_id)
+
+    def output(func, case):
+        try:
+            return json.dumps(checks.student_output(task, case, func))
+        except Exception as exc:
+            return type(exc).__name__
+
+    for func, hint in WRONG[task_id]:
+        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
+                                strict=True):
+            if result.status == "passed" or hint in result.message:
+                continue
+            twins = [other for other, other_hint in WRONG[task_id]
+                     if other_hint in result.message and output(other, case) == output(func, case)]
+            assert twins, (func.__name__, case.name, result.message)
+
+
+def test_public_failures_show_the_specifics():
+    result = checks.run_task("1.1", count_no_eos)
+    bigrams = next(case for case in result.cases if case.name == "bigrams of two sentences")
+    assert "('sat', '</s>') is missing" in bigrams.message
+    result = checks.run_task("1.2", mle_joint)
+    first = result.cases[0]
+    assert first.message.endswith("For P('cat' | ('the',)): expected 0.5, got 0.0909091.")
+
+
+def test_exceptions_become_errors_with_hints():
+    result = checks.run_task("1.2", mle_crashes_on_unseen_context)
+    unseen = next(case for case in result.cases if case.name == "a context never seen in training")
+    assert unseen.status == "error"
+    assert unseen.message.startswith("raised ZeroDivisionError: division by zero.")
+    assert "\n" not in unseen.message
+    assert [case.status for case in result.cases].count("error") == 1
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
+def test_any_exception_from_student_code_is_an_error(exc):
+    def raises(*args):
+        raise exc
+
+    result = checks.run_task("1.3", raises, hidden=True)
+    assert {case.status for case in result.cases} == {"error"}
+    assert result.points == 0 and result.status == "failed"
+
+
+def test_stub_is_not_attempted():
+    for task_id in TASK_IDS:
+        result = checks.run_task(task_id, stub, hidden=True)
+        assert result.status == "not attempted"
+        assert result.points == 0
+        assert {case.status for case in result.cases} == {"not attempted"}
+
+
+def test_wrong_types_fail_and_say_what_was_expected():
+    result = checks.run_task("1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)))
+    assert {case.status for case in result.cases} == {"failed"}
+    assert "expected a dict mapping n-gram tuples to counts, got list" in result.cases[0].message
+    result = checks.run_task("1.2", lambda *args: True)
+    assert "expected a float, got bool" in result.cases[0].message
+    result = checks.run_task("1.2", lambda *args: "0.5")
+    assert "expected a float, got str" in result.cases[0].message
+    result = checks.run_task("1.1", lambda sentences, n: {(1, 2): 1})
+    assert "tuple containing an int" in result.cases[0].message
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class SneakyDict(dict):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class SneakyFloat(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+def test_objects_that_claim_equality_do_not_pass():
+    for task_id in TASK_IDS:
+        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
+        assert result.points == 0
+    assert checks.run_task("1.1", lambda *args: SneakyDict(), hidden=True).points == 0
+    assert checks.run_task("1.2", lambda *args: SneakyFloat(0.123), hidden=True).points == 0
+
+
+def test_numpy_and_torch_scalars_are_accepted():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    assert checks.run_task("1.2", lambda *a: np.float64(ch01.mle_prob(*a))).status == "passed"
+    result = checks.run_task("1.3", lambda *a: torch.tensor(ch01.add_k_prob(*a)))
+    assert result.status == "passed"
+    result = checks.run_task(
+        "1.1", lambda s, n: {g: np.int64(c) for g, c in ch01.count_ngrams(s, n).items()}
+    )
+    assert result.status == "passed"
+
+
+def test_nan_and_inf_never_pass():
+    for value in (math.nan, math.inf, -math.inf):
+        result = checks.run_task("1.4", lambda *args, v=value: v, hidden=True)
+        assert result.points == 0
+    nan_result = checks.run_task("1.2", lambda *args: math.nan)
+    assert "NaN" in nan_result.cases[0].message
+    assert not checks.close(math.nan, math.nan)
+    assert checks.close(math.inf, math.inf) and not checks.close(math.inf, 1e308)
+    assert checks.close(1.0 + 1e-8, 1.0) and not checks.close(1.0 + 1e-5, 1.0)
+    assert not checks.close(True, 1.0)
+
+
+def test_zero_counts_are_the_same_as_absent():
+    def with_zeros(sentences, n):
+        counts = defaultdict(int, ch01.count_ngrams(sentences, n))
+        counts[("never",) * n] += 0
+        return counts
+
+    assert checks.run_task("1.1", with_zeros, hidden=True).status == "passed"
+
+
+def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
+    def mutating(sentences, n):
+        result = ch01.count_ngrams(sentences, n)
+        sentences.clear()
+        return result
+
+    def mutating_counts(counts, word, context):
+        result = ch01.mle_prob(counts, word, context)
+        counts.clear()
+        return result
+
+    assert checks.run_task("1.1", mutating, hidden=True).status == "passed"
+    assert checks.run_task("1.2", mutating_counts, hidden=True).status == "passed"
+
+
+def test_forbidden_model_perplexity_is_refused_but_logprob_works():
+    model, sentences = ch01._build_perplexity_args(checks.get_task("1.4").cases[0].args)
+    assert isinstance(model, NGramLM)
+    with pytest.raises(checks.ForbiddenCallError):
+        model.perplexity(sentences)
+    assert math.isfinite(model.logprob("the", ()))
+    assert "coursepkg.ngram.NGramLM.perplexity" in checks.get_task("1.4").forbidden
+
+
+# ---------------------------------------------------------------------------------------------
+# Hidden cases never leak their data
+# ---------------------------------------------------------------------------------------------
+
+
+def _allowed_hidden_messages(task):
+    hints = {value for name, value in vars(ch01).items() if name.startswith("HINT_")}
+    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
+    hints.add(core._UNKNOWN_ERROR_HINT)
+    hints |= {
+        "The function still raises NotImplementedError.",
+        "The function returned a value of the wrong type (see the public tests).",
+        "Return a single number (a float).",
+        "The returned value does not have the expected form.",
+        "The result is not the expected one: re-read the task's definition.",
+        "Your function returned NaN (not a number), usually from 0/0 or a log of a negative "
+        "number: find where that happens.",
+    }
+    return hints
+
+
+def _strip_raised(message):
+    if message.startswith("raised "):
+        name, _, rest = message[len("raised ") :].partition(". ")
+        # a built-in type's name only, never the exception's message
+        assert name == "an exception" or name in dir(builtins), message
+        return rest
+    return message
+
+
+class LeakyError(Exception):
+    pass
+
+
+def leaky(*args):
+    raise LeakyError(repr(args))
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_hidden_messages_are_hints_only(task_id):
+    task = checks.get_task(task_id)
+    allowed = _allowed_hidden_messages(task)
+    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
+    funcs += [lambda *a: [1, 2]]
+    for func in funcs:
+        result = checks.run_task(task_id, func, hidden=True)
+        for case_result, case in zip(result.cases, task.cases, strict=True):
+            if not case.hidden or case_result.status == "passed":
+                continue
+            message = case_result.message
+            assert _strip_raised(message) in allowed | {""}, (func, message)
+            expected = task.to_plain(task.reference(*task.build_args(case.args)))
+            if isinstance(expected, float) and len(core.fmt_number(expected)) > 3:
+                assert core.fmt_number(expected) not in message
+            assert json.dumps(case.args) not in message
+
+
+def test_hidden_case_names_do_not_show_data():
+    for task_id in TASK_IDS:
+        for case in checks.get_task(task_id).hidden_cases:
+            for value in case.args.values():
+                if isinstance(value, list) and value:
+                    assert repr(value) not in case.name
+                    assert json.dumps(value) not in case.name
+
+
+# ---------------------------------------------------------------------------------------------
+# The split used by the grader: student half, JSON, trusted half
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
+    task = checks.get_task(task_id)
+    for func in [CORRECT[task_id][1]] + [func for func, _ in WRONG[task_id][:3]]:
+        for case in task.cases:
+            direct = checks.evaluate_case(task, case, func)
+            try:
+                plain = checks.student_output(task, case, func)
+            except Exception as exc:
+                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
+            else:
+                remote = checks.grade_output(task, case, json.loads(json.dumps(plain)))
+            assert remote == direct
+
+
+def test_grade_output_rejects_values_that_are_not_plain():
+    task = checks.get_task("1.2")
+    case = task.cases[0]
+    for value, what in [((0.5,), "a tuple"), ({0.5}, "a set"), (AlwaysEqual(), "an AlwaysEqual"),
+                        ({1: 0.5}, "a dict with an int key"), (SneakyFloat(0.5), "a SneakyFloat")]:
+        result = checks.grade_output(task, case, value)
+        assert result.status == "failed" and result.points == 0
+        assert result.message.startswith(f"returned {what}")
+    # Well-typed plain values of the wrong shape fail cleanly instead of crashing the grader.
+    task = checks.get_task("1.1")
+    for value in ([[1]], "text", [[["a"], "x"]], None, 3.5):
+        assert checks.grade_output(task, task.cases[0], value).status == "failed"
+
+
+def test_exception_result_from_names_across_processes():
+    task = checks.get_task("1.2")
+    public, hidden = task.public_cases[0], task.hidden_cases[0]
+    assert checks.exception_result(task, public, "NotImplementedError", "x").status == (
+        "not attempted"
+    )
+    error = checks.exception_result(task, public, "KeyError", "('the', 'cat')")
+    assert error.status == "error" and "raised KeyError: ('the', 'cat')." in error.message
+    hidden_error = checks.exception_result(task, hidden, "KeyError", "('the', 'cat')")
+    assert "('the', 'cat')" not in hidden_error.message.replace(task.error_hints["KeyError"], "")
+    wrong_type = checks.exception_result(task, hidden, "CheckError", "expected a float, got list")
+    assert wrong_type.status == "failed" and "list" not in wrong_type.message
+
+    class Sub(NotImplementedError):
+        pass
+
+    assert checks.exception_name(Sub()) == "NotImplementedError"
+    assert checks.exception_name(checks.ForbiddenCallError()) == "ForbiddenCallError"
+
+
+# ---------------------------------------------------------------------------------------------
+# check(): prints a deterministic report, never raises
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_output(capsys, task_id, func):
+    assert checks.check(task_id, func) is None
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.isascii()
+    assert " at 0x" not in out
+    assert all(line == line.rstrip() for line in out.splitlines())
+    return out
+
+
+def test_check_reports_full_marks(capsys):
+    out = _check_output(capsys, "1.1", ch01.count_ngrams)
+    assert out.splitlines()[0] == "Task 1.1 count_ngrams: 4/4 points"
+    assert "  PASS  [1/1] unigrams of one sentence" in out
+    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
+
+
+def test_check_reports_failures_with_hints(capsys):
+    out = _check_output(capsys, "1.1", count_no_eos)
+    assert out.startswith("Task 1.1 count_ngrams: 0/4 points\n")
+    assert "  FAIL  [0/1] bigrams of two sentences: " + ch01.HINT_LAST_NGRAM_MISSING in out
+
+
+def test_check_stub(capsys):
+    out = _check_output(capsys, "1.1", stub)
+    assert out == (
+        "Task 1.1 count_ngrams: not attempted (0/4 points): the function still raises "
+        "NotImplementedError. Replace the stub with your code.\n"
+    )
+
+
+def test_check_raising_function(capsys):
+    def broken(sentences, n):
+        return {tuple(sentences[5]): 1}
+
+    out = _check_output(capsys, "1.1", broken)
+    assert (
+        "  ERROR [0/1] unigrams of one sentence: raised IndexError: list index out of range. "
+        + core._DEFAULT_ERROR_HINTS["IndexError"]
+    ) in out
+
+
+@pytest.mark.parametrize(
+    ("func", "expected"),
+    [(None, "got None."), (42, "got an int, not a function."), ("count_ngrams", "got a str")],
+)
+def test_check_non_functions(capsys, func, expected):
+    out = _check_output(capsys, "1.1", func)
+    assert out.startswith("Task 1.1 count_ngrams: not attempted (0/4 points): ")
+    assert expected in out
+
+
+def test_check_always_equal_object_and_list_instead_of_dict(capsys):
+    out = _check_output(capsys, "1.1", lambda *args: AlwaysEqual())
+    assert "0/4 points" in out and "got AlwaysEqual" in out
+    out = _check_output(capsys, "1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)))
+    assert "0/4 points" in out
+    assert "Wrong return type: expected a dict mapping n-gram tuples to counts, got list." in out
+    out = _check_output(capsys, "1.2", lambda *args: AlwaysEqual())
+    assert "0/4 points" in out and "expected a float, got AlwaysEqual" in out
+
+
+def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
+    out = _check_output(capsys, "9.9", stub)
+    assert out == "check(): there is no task '9.9'. The tasks are: 1.1, 1.2, 1.3, 1.4.\n"
+
+    def broken_build(args):
+        raise RuntimeError("boom")
+
+    task = checks.get_task("1.2")
+    monkeypatch.setitem(core.TASKS, "1.2", core.Task(**{**vars(task), "build_args": broken_build}))
+    out = _check_output(capsys, "1.2", ch01.mle_prob)
+    assert "the checker itself failed" in out
+
+
+def test_check_is_deterministic(capsys):
+    first = _check_output(capsys, "1.4", ppl_per_sentence_mean)
+    assert _check_output(capsys, "1.4", ppl_per_sentence_mean) == first
+
+
+def test_check_lets_keyboard_interrupt_through(capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        checks.check("1.1", interrupted)
