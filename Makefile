@@ -44,7 +44,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py
 
 nbval: $(STAMP)
-	$(BIN)/pytest -q -p no:randomly --nbval solutions --sanitize-with tests/nbval_sanitize.cfg
+	$(BIN)/pytest -q -p no:randomly --nbval solutions --nbval-sanitize-with tests/nbval_sanitize.cfg
 	$(BIN)/pytest -q --nbval-lax exercises
 
 book-check: $(STAMP)

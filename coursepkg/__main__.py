@@ -1,0 +1,159 @@
+"""The ``coursepkg`` command line (also ``python -m coursepkg``).
+
+Subcommands:
+
+- ``coursepkg author``: regenerate ``exercises/`` from ``solutions/`` (see `coursepkg.authoring`);
+  ``--check`` only reports stale exercise notebooks (exit 1 if any);
+  ``--execute-solutions`` first re-runs the solution notebooks in place to store real outputs.
+
+Exit codes: 0 success; 1 the work found a problem (stale exercises, a solution notebook that
+fails to run); 2 a usage or authoring mistake, reported as one line on stderr.
+
+To add a subcommand, write ``_add_<name>_parser(subparsers)`` that sets ``func`` (a handler
+``(args) -> int``) with ``set_defaults`` and call it in `build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "coursepkg"
+
+
+class UsageError(Exception):
+    """A user mistake: printed as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage dump) and raise `UsageError`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _author(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg author``."""
+    from coursepkg import authoring
+
+    solutions, exercises = Path(args.solutions), Path(args.exercises)
+    if args.check and args.execute_solutions:
+        raise UsageError("--check and --execute-solutions cannot be combined")
+    if not solutions.is_dir():
+        raise UsageError(
+            f"no solutions directory {str(solutions)!r}; run from the course root or pass "
+            "--solutions DIR"
+        )
+    if not authoring.solution_notebooks(solutions):
+        raise UsageError(f"no notebooks (*.ipynb) in {str(solutions)!r}")
+
+    try:
+        if args.execute_solutions:
+            for path in authoring.execute_solutions(solutions, timeout=args.timeout):
+                print(f"executed {path}")
+        changes = authoring.build_exercises(solutions, exercises, check=args.check)
+    except authoring.AuthoringError as error:
+        raise UsageError(str(error)) from None
+    except authoring.ExecutionError as error:
+        print(f"{PROG} author: {error}", file=sys.stderr)
+        return 1
+
+    n = len(authoring.solution_notebooks(solutions))
+    if args.check:
+        if changes:
+            stale = ", ".join(f"{c.path} ({c.reason})" for c in changes)
+            print(
+                f"{PROG} author: {exercises}/ is stale: {stale}. Run '{PROG} author' to "
+                "regenerate it.",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{exercises}/ is up to date ({n} notebook{'s' * (n != 1)}).")
+        return 0
+    for change in changes:
+        verb = "removed" if change.reason == "no solution notebook" else "wrote"
+        print(f"{verb} {change.path} ({change.reason})")
+    if not changes:
+        print(f"{exercises}/ was already up to date ({n} notebook{'s' * (n != 1)}).")
+    return 0
+
+
+def _add_author_parser(subparsers) -> None:
+    """Register ``coursepkg author``."""
+    parser = subparsers.add_parser(
+        "author",
+        help="generate exercises/ from solutions/",
+        description=(
+            "Write exercises/NAME.ipynb for every solutions/NAME.ipynb: solution regions "
+            "(### BEGIN SOLUTION ... ### END SOLUTION) become stubs raising NotImplementedError, "
+            "cells tagged 'instructor' are dropped and outputs cleared."
+        ),
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 listing the exercise notebooks that are stale",
+    )
+    parser.add_argument(
+        "--solutions", default="solutions", metavar="DIR", help="solution notebooks (solutions)"
+    )
+    parser.add_argument(
+        "--exercises", default="exercises", metavar="DIR", help="generated notebooks (exercises)"
+    )
+    parser.add_argument(
+        "--execute-solutions",
+        action="store_true",
+        help="first re-execute the solution notebooks in place, storing their outputs",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=300,
+        metavar="SECONDS",
+        help="per-cell time limit for --execute-solutions (300)",
+    )
+    parser.set_defaults(func=_author)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = _Parser(prog=PROG, description="Tools of the course 'From n-grams to Transformers'.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_author_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: the arguments after the program name; default ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0 success, 1 a problem found, 2 a usage or authoring mistake.
+    """
+    parser = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        if unknown:
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)} "
+                f"(see '{PROG} {args.command} --help')"
+            )
+        return args.func(args)
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except SystemExit as exit_:  # --help and --version
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
