@@ -116,11 +116,86 @@ def _add_author_parser(subparsers) -> None:
     parser.set_defaults(func=_author)
 
 
+def _grade(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg grade``."""
+    from coursepkg.checks import TASKS
+    from coursepkg.grading import grader
+    from coursepkg.grading.sandbox import Limits
+
+    known = sorted({task.assignment for task in TASKS.values()})
+    if args.assignment not in known:
+        raise UsageError(f"unknown assignment {args.assignment!r}; known: {', '.join(known)}")
+    if args.gradescope:
+        paths, out = (
+            [Path(args.gradescope_submission)],
+            Path(args.out or "/autograder/results/work"),
+        )
+    else:
+        if not args.submissions or args.out is None:
+            raise UsageError("give SUBMISSION... and --out DIR (or --gradescope)")
+        paths, out = [Path(p) for p in args.submissions], Path(args.out)
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
+    if not grader.find_submissions(paths, args.assignment):
+        raise UsageError(f"no notebooks (*.ipynb) in {', '.join(map(str, paths))}")
+    if args.jobs < 1 or args.timeout <= 0 or args.memory < 64:
+        raise UsageError("--jobs must be >= 1, --timeout > 0 and --memory >= 64 (MB)")
+    limits = Limits(timeout=args.timeout, memory_mb=args.memory)
+    rows = grader.grade(args.assignment, paths, out, jobs=args.jobs, limits=limits)
+    print(grader.summary_table(rows))
+    if args.gradescope:
+        _, record = rows[0]
+        target = Path(args.gradescope_results)
+        grader.atomic_write(target, grader.gradescope_json(record))
+        print(f"wrote {target}")
+    else:
+        print(f"wrote {out}/: grades.csv, results/, feedback/, log.jsonl")
+    return 0
+
+
+def _add_grade_parser(subparsers) -> None:
+    """Register ``coursepkg grade``."""
+    parser = subparsers.add_parser(
+        "grade",
+        help="grade submitted notebooks of one assignment",
+        description=(
+            "Grade notebooks (files, or folders searched recursively) for ASSIGNMENT. Each task "
+            "runs in an isolated, limited process; results are judged in this process. The "
+            "student id is the file name without .ipynb, or the folder's name when the file is "
+            "named after the assignment (alice/01_ngrams.ipynb -> alice)."
+        ),
+    )
+    parser.add_argument("assignment", metavar="ASSIGNMENT", help="exercise set, e.g. 01_ngrams")
+    parser.add_argument("submissions", metavar="SUBMISSION", nargs="*", help="notebooks or folders")
+    parser.add_argument("--out", metavar="DIR", help="where grades.csv, results/, feedback/ go")
+    parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once (2)")
+    parser.add_argument(
+        "--timeout", type=float, default=20.0, metavar="S", help="seconds per task (20)"
+    )
+    parser.add_argument(
+        "--memory", type=int, default=2048, metavar="MB", help="memory per task in MB (2048)"
+    )
+    parser.add_argument(
+        "--gradescope",
+        action="store_true",
+        help="grade /autograder/submission, write /autograder/results/results.json",
+    )
+    parser.add_argument(
+        "--gradescope-submission", default="/autograder/submission", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--gradescope-results", default="/autograder/results/results.json", help=argparse.SUPPRESS
+    )
+    parser.set_defaults(func=_grade)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = _Parser(prog=PROG, description="Tools of the course 'From n-grams to Transformers'.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_author_parser(subparsers)
+    _add_grade_parser(subparsers)
     return parser
 
 
@@ -141,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if unknown:
             raise UsageError(
-                f"unrecognized arguments: {' '.join(unknown)} "
-                f"(see '{PROG} {args.command} --help')"
+                f"unrecognized arguments: {' '.join(unknown)} (see '{PROG} {args.command} --help')"
             )
         return args.func(args)
     except UsageError as error:

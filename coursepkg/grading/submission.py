@@ -1,0 +1,233 @@
+"""Reading a submitted notebook without trusting it.
+
+Everything here runs in the grader's trusted process and never executes the
+submission. A notebook that cannot be read becomes a :class:`Submission` with a
+``problem`` (status "unreadable" in the gradebook), never an exception.
+
+What the grader keeps of a notebook is its code cells, and of those only the
+top-level statements a graded function can depend on (:func:`extract_code`):
+imports, function and class definitions, and assignments of constant
+expressions. Calls, loops, prints, check cells, shell commands and magics are
+dropped, so a stray ``sys.exit()``, an infinite loop or a training run at the
+top level of a cell costs nothing. Metadata, tags, outputs and anything the
+notebook prints are ignored: scores come only from calling the graded
+functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_NOTEBOOK_MB = 20.0
+
+_MAGIC_LINE = re.compile(r"^(\s*)([!%?]|.*\?\s*$)")
+_ALLOWED_VALUE_NODES = (
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Attribute,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.unaryop,
+    ast.operator,
+    ast.Lambda,
+)
+
+
+@dataclass
+class Submission:
+    """One submitted notebook as the grader sees it.
+
+    Attributes:
+        path: where it was read from.
+        student: the student id (see :func:`student_id`).
+        sha256: hash of the file's bytes (the resume key).
+        code: the extracted module source, or None when the notebook is unreadable.
+        problem: why the notebook could not be read (None when it could).
+        notes: things the student should know (skipped cells, syntax errors).
+    """
+
+    path: Path
+    student: str
+    sha256: str
+    code: str | None = None
+    problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_submission(path: Path, student: str, *, max_mb: float = MAX_NOTEBOOK_MB) -> Submission:
+    """Read and extract a notebook; never raises for a bad notebook.
+
+    Args:
+        path: the notebook file.
+        student: the id it is graded under.
+        max_mb: notebooks larger than this are not parsed (outputs can make them huge).
+
+    Returns:
+        A Submission with ``code`` set, or with ``problem`` saying what is wrong and how to
+        fix it.
+    """
+    try:
+        sha = _hash_file(path)
+        size = path.stat().st_size
+    except OSError as exc:
+        return Submission(path, student, "", problem=f"could not open the file ({exc.strerror})")
+    sub = Submission(path, student, sha)
+    if size > max_mb * 1024 * 1024:
+        sub.problem = (
+            f"the notebook is {size / 2**20:.1f} MB, over the {max_mb:g} MB limit: "
+            "clear its outputs (Edit > Clear Outputs of All Cells), save and resubmit"
+        )
+        return sub
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sub.problem = (
+            f"the file is not UTF-8 text (bad byte at offset {exc.start}): "
+            "resubmit the .ipynb file saved by Jupyter"
+        )
+        return sub
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        sub.problem = (
+            f"the file is not valid notebook JSON (line {exc.lineno}, column {exc.colno}): "
+            "it is truncated or corrupt; resubmit the .ipynb file saved by Jupyter"
+        )
+        return sub
+    except RecursionError:
+        sub.problem = "the file's JSON is nested too deeply to be a notebook"
+        return sub
+    cells = _code_cells(nb)
+    if cells is None:
+        sub.problem = (
+            f"the file is JSON but not a notebook (its top level is a {type(nb).__name__}, "
+            "not an object with 'cells'): resubmit the .ipynb file saved by Jupyter"
+        )
+        return sub
+    sub.code, sub.notes = extract_code(cells)
+    return sub
+
+
+def _code_cells(nb: object) -> list[str] | None:
+    """The source of each code cell, for nbformat 4 and 3; None if ``nb`` is no notebook."""
+    if not isinstance(nb, dict):
+        return None
+    if isinstance(nb.get("cells"), list):  # nbformat 4
+        raw_cells, key = nb["cells"], "source"
+    elif isinstance(nb.get("worksheets"), list):  # nbformat 3
+        raw_cells = [
+            c
+            for ws in nb["worksheets"]
+            if isinstance(ws, dict) and isinstance(ws.get("cells"), list)
+            for c in ws["cells"]
+        ]
+        key = "input"
+    else:
+        return None
+    sources = []
+    for cell in raw_cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get(key, "")
+        if isinstance(src, list) and all(isinstance(s, str) for s in src):
+            src = "".join(src)
+        if isinstance(src, str):
+            sources.append(src)
+    return sources
+
+
+def _strip_ipython(source: str) -> str | None:
+    """Replace shell commands, magics and help lines by ``pass``; None for a cell magic."""
+    if source.lstrip().startswith("%%"):
+        return None
+    lines = []
+    for line in source.splitlines():
+        match = _MAGIC_LINE.match(line)
+        lines.append(f"{match.group(1)}pass" if match and line.strip() else line)
+    return "\n".join(lines)
+
+
+def _is_constant_expression(node: ast.AST) -> bool:
+    """Literals, names, attributes, arithmetic and lambdas: nothing that calls or loops."""
+    if isinstance(node, ast.Lambda):
+        return True
+    if not isinstance(node, _ALLOWED_VALUE_NODES):
+        return False
+    return all(_is_constant_expression(child) for child in ast.iter_child_nodes(node))
+
+
+def _keep(node: ast.stmt) -> bool:
+    if isinstance(
+        node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+    ):
+        return True
+    if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+        return _is_constant_expression(node.value)
+    return False
+
+
+def extract_code(cells: list[str]) -> tuple[str, list[str]]:
+    """The module a submission's graded functions run in.
+
+    Args:
+        cells: the source of each code cell, in notebook order.
+
+    Returns:
+        (source, notes): the kept statements of every cell, in order, and notes for the student
+        (cells skipped because of a syntax error).
+    """
+    kept: list[str] = []
+    notes: list[str] = []
+    for number, cell in enumerate(cells, start=1):
+        source = _strip_ipython(cell)
+        if source is None:
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            where = f" (line {line})" if line else ""
+            notes.append(f"code cell {number} has a syntax error{where} and was skipped")
+            continue
+        body = [node for node in tree.body if _keep(node)]
+        if body:
+            kept.append(ast.unparse(ast.Module(body=body, type_ignores=[])))
+    return "\n\n".join(kept) + "\n", notes
+
+
+_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def student_id(path: Path, assignment: str) -> str:
+    """The id a notebook is graded under.
+
+    The file name without ``.ipynb``; when that name is the assignment's own
+    (``alice/01_ngrams.ipynb``, the layout of an LMS download with one folder per student), the
+    folder's name instead. Characters other than letters, digits, ``.``, ``_`` and ``-`` become
+    ``_``, and a leading ``.`` or ``-`` is dropped, so the id is safe as a file name and in a
+    spreadsheet.
+    """
+    name = path.stem
+    if name in (assignment, f"{assignment}-checkpoint") and path.parent.name:
+        name = path.parent.name
+    clean = _ID_CHARS.sub("_", name).lstrip(".-") or "unnamed"
+    return clean[:100]

@@ -1,0 +1,237 @@
+"""The grader survives hostile submissions: each notebook here is built by the test itself.
+
+One batch is graded once (module fixture) with short limits; each test reads its row.
+"""
+
+import csv
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursepkg.grading.grader import grade
+from coursepkg.grading.sandbox import Limits, can_isolate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD_COUNT = """
+from collections import Counter
+def count_ngrams(sentences, n):
+    counts = Counter()
+    for sentence in sentences:
+        padded = ["<s>"] * (n - 1) + list(sentence) + ["</s>"]
+        for i in range(len(padded) - n + 1):
+            counts[tuple(padded[i:i + n])] += 1
+    return dict(counts)
+"""
+
+HOSTILE = {
+    "good": GOOD_COUNT,
+    "loop": "def count_ngrams(s, n):\n    while True:\n        pass\n",
+    "stubborn": (
+        "import signal\n"
+        "def count_ngrams(s, n):\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    while True:\n"
+        "        try:\n"
+        "            pass\n"
+        "        except KeyboardInterrupt:\n"
+        "            pass\n"
+    ),
+    "sysexit": "import sys\nsys.exit(1)\ndef count_ngrams(s, n):\n    sys.exit(0)\n",
+    "osexit": "import os\ndef count_ngrams(s, n):\n    os._exit(0)\n",
+    "segfault": "import ctypes\ndef count_ngrams(s, n):\n    return ctypes.string_at(0)\n",
+    "membomb": "def count_ngrams(s, n):\n    return bytearray(50 * 2**30)\n",
+    "forkbomb": (
+        "import os\ndef count_ngrams(s, n):\n    while True:\n        try:\n"
+        "            os.fork()\n        except OSError:\n            pass\n"
+    ),
+    "printer": "def count_ngrams(s, n):\n    while True:\n        print('x' * 65536)\n",
+    "alwayseq": (
+        "class Yes(dict):\n    def __eq__(self, other):\n        return True\n"
+        "def count_ngrams(s, n):\n    return Yes()\n"
+    ),
+    "thread": (
+        "import threading, time\n"
+        "def count_ngrams(s, n):\n"
+        "    threading.Thread(target=lambda: [print('All tests passed') or time.sleep(0.01)"
+        " for _ in iter(int, 1)], daemon=False).start()\n"
+        "    return {}\n"
+    ),
+    "patcher": (
+        "import builtins, torch\n"
+        "torch.allclose = lambda *a, **k: True\n"
+        "def count_ngrams(s, n):\n"
+        "    builtins.sum = lambda *a: 0\n"
+        "    torch.testing.assert_close = lambda *a, **k: None\n"
+        "    return {}\n"
+    ),
+    "reference": "from coursepkg.checks.ch01_ngrams import count_ngrams\n",
+    "library": (
+        "from coursepkg.ngram import ngrams, pad\n"
+        "from collections import Counter\n"
+        "def count_ngrams(s, n):\n"
+        "    return dict(Counter(g for x in s for g in ngrams(pad(x, n), n)))\n"
+    ),
+    "renamed": "def count_ngram(s, n):\n    return {}\n",
+    "network": (
+        "import urllib.request\ndef count_ngrams(s, n):\n"
+        "    return urllib.request.urlopen('http://127.0.0.1:9', timeout=1).read()\n"
+    ),
+}
+
+
+OTHER_STUBS = "".join(
+    f"def {name}(*args):\n    raise NotImplementedError('Task {tid}')\n"
+    for tid, name in [("1.2", "mle_prob"), ("1.3", "add_k_prob"), ("1.4", "perplexity")]
+)
+
+
+def notebook(code: str, **metadata) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook(metadata=metadata)
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Submission"),
+        nbformat.v4.new_code_cell("!pip install requests\nname = input()"),
+        nbformat.v4.new_code_cell(code),
+        nbformat.v4.new_code_cell("check('1.1', count_ngrams)"),
+        nbformat.v4.new_code_cell(OTHER_STUBS),
+    ]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("subs")
+    for name, code in HOSTILE.items():
+        nbformat.write(notebook(code), subs / f"{name}.ipynb")
+    # the untouched exercise and the solution notebook of the course
+    (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "01_ngrams.ipynb").read_bytes())
+    (subs / "solution.ipynb").write_bytes((ROOT / "solutions" / "01_ngrams.ipynb").read_bytes())
+    # a forged results file and edited metadata: must change nothing
+    forged = notebook("def count_ngrams(s, n):\n    return {}\n", coursepkg={"score": 100})
+    forged.cells[2].metadata["tags"] = ["points:100"]
+    forged.cells[2].outputs = [nbformat.v4.new_output("stream", text="4/4 points\n")]
+    nbformat.write(forged, subs / "forged.ipynb")
+    (subs / "=HYPERLINK(evil).ipynb").write_text("{not json")
+    (subs / "truncated.ipynb").write_text(nbformat.writes(notebook(GOOD_COUNT))[:200])
+    (subs / "listy.ipynb").write_text("[1, 2]")
+    (subs / "latin1.ipynb").write_bytes(b'{"cells": "\xe9"}')
+    out = tmp_path_factory.mktemp("out")
+    limits = Limits(timeout=4.0, memory_mb=1024)
+    rows = grade("01_ngrams", [subs], out, jobs=2, limits=limits, progress=False)
+    return subs, out, {found.student: record for found, record in rows}, limits
+
+
+def task(records, student, task_id="1.1"):
+    return next(t for t in records[student]["tasks"] if t["id"] == task_id)
+
+
+def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
+    _, _, records, _ = graded
+    assert all(t["status"] == "passed" for t in records["solution"]["tasks"])
+    assert all(t["status"] == "not attempted" for t in records["untouched"]["tasks"])
+    assert sum(t["points"] for t in records["untouched"]["tasks"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("student", "status"),
+    [
+        ("good", "passed"),
+        ("loop", "timeout"),
+        ("stubborn", "timeout"),
+        ("sysexit", "error"),
+        ("osexit", "crashed"),
+        ("segfault", "crashed"),
+        ("membomb", "memory"),
+        ("forkbomb", "timeout"),
+        ("printer", "timeout"),
+        ("alwayseq", "failed"),
+        ("thread", "failed"),
+        ("patcher", "failed"),
+        ("reference", "forbidden"),
+        ("library", "forbidden"),
+        ("renamed", "missing"),
+        ("network", "error"),
+        ("forged", "failed"),
+    ],
+)
+def test_each_hostile_task_gets_its_status_and_no_credit(graded, student, status):
+    _, _, records, _ = graded
+    result = task(records, student)
+    assert result["status"] == status, result
+    if status != "passed":
+        assert result["points"] == 0
+    # a failure costs only the task it affects: the other tasks are stubs, not attempted
+    others = {t["status"] for t in records[student]["tasks"] if t["id"] != "1.1"}
+    assert others == {"not attempted"}
+
+
+@pytest.mark.parametrize("student", ["_HYPERLINK_evil_", "truncated", "listy", "latin1"])
+def test_unreadable_files_are_reported_not_fatal(graded, student):
+    _, _, records, _ = graded
+    assert records[student]["status"] == "unreadable"
+    assert all(t["points"] == 0 for t in records[student]["tasks"])
+
+
+def test_the_gradebook_files(graded):
+    _, out, records, _ = graded
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert [r["student"] for r in rows] == sorted(records)
+    solution = next(r for r in rows if r["student"] == "solution")
+    assert solution["total"] == solution["max"] and solution["status"] == "passed"
+    evil = next(r for r in rows if r["student"] == "_HYPERLINK_evil_")
+    assert evil["file"].startswith("'=")  # neutralised for spreadsheets
+    for student in records:
+        result = json.loads((out / "results" / f"{student}.json").read_text())
+        assert {"score", "max_score", "tests"} <= result.keys()
+        assert all(
+            {"name", "score", "max_score", "status", "output", "visibility"} <= t.keys()
+            for t in result["tests"]
+        )
+        assert (out / "feedback" / f"{student}.md").is_file()
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert len(log) == len(records)
+
+
+def test_isolation_in_force_is_recorded(graded):
+    _, _, records, _ = graded
+    isolation = task(records, "good")["isolation"]
+    assert {"memory", "cpu", "file size"} <= set(isolation["limits"])
+    if can_isolate():
+        assert isolation["network"] and isolation["filesystem"] and isolation["user"]
+
+
+def test_regrading_is_cached_and_byte_identical(graded, tmp_path):
+    subs, out, _, limits = graded
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    grade("01_ngrams", [subs], out, jobs=2, limits=limits, progress=False)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert all(entry["cached"] for entry in log[len(log) // 2 :])
+    for rel, data in before.items():
+        if rel.parts[0] in ("results", "grades.csv") or rel.name == "grades.csv":
+            assert (out / rel).read_bytes() == data, rel
+
+
+def test_nothing_is_written_outside_out(graded):
+    subs, _, _, _ = graded
+    names = {p.name for p in subs.iterdir()}
+    assert all(n.endswith(".ipynb") for n in names), names
+
+
+def test_cli_grades_a_folder_and_reports_usage_mistakes(tmp_path, capsys):
+    from coursepkg.__main__ import main
+
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    (tmp_path / "subs" / "alice" / "01_ngrams.ipynb").write_bytes(
+        (ROOT / "solutions" / "01_ngrams.ipynb").read_bytes()
+    )
+    out = tmp_path / "out"
+    assert main(["grade", "01_ngrams", str(tmp_path / "subs"), "--out", str(out)]) == 0
+    assert "alice" in capsys.readouterr().out
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert rows[0]["student"] == "alice" and rows[0]["total"] == rows[0]["max"]
+    assert main(["grade", "99_nothing", str(tmp_path), "--out", str(out)]) == 2
+    assert "unknown assignment '99_nothing'" in capsys.readouterr().err
+    assert main(["grade", "01_ngrams", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
