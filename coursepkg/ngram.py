@@ -341,17 +341,21 @@ class NGramLM:
         d = self.discount
         p = self._base[word]
         for m in range(2, self.n + 1):
-            h = history[len(history) - (m - 1):]
-            if m == self.n:
-                followers, total = self._counts[m].get(h), self._totals[m].get(h)
-            else:
-                followers, total = self._continuations[m].get(h), self._cont_totals[m].get(h)
+            followers, total = self._kn_level(m, history)
             if not followers:
                 continue  # unseen history: defer to the lower order (alpha = 0, gamma = 1)
             alpha = max(followers.get(word, 0) - d, 0.0) / total
             gamma = d * len(followers) / total
             p = alpha + gamma * p
         return p
+
+    def _kn_level(self, m: int, history: tuple[str, ...]) -> tuple[dict | None, int | None]:
+        """The followers of the last m-1 words of ``history`` at order m, and their total:
+        raw counts at the top order, continuation counts below it."""
+        h = history[len(history) - (m - 1) :]
+        if m == self.n:
+            return self._counts[m].get(h), self._totals[m].get(h)
+        return self._continuations[m].get(h), self._cont_totals[m].get(h)
 
     def logprob(self, word: str, context: Sequence[str]) -> float:
         """Natural log of :meth:`prob`; ``-inf`` where the probability is 0."""
@@ -378,11 +382,7 @@ class NGramLM:
         d, scale = self.discount, 1.0
         extra: dict[str, float] = {}
         for m in range(self.n, 1, -1):
-            h = history[len(history) - (m - 1):]
-            if m == self.n:
-                followers, total = self._counts[m].get(h), self._totals[m].get(h)
-            else:
-                followers, total = self._continuations[m].get(h), self._cont_totals[m].get(h)
+            followers, total = self._kn_level(m, history)
             if not followers:
                 continue
             for w, c in followers.items():
