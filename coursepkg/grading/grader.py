@@ -63,87 +63,74 @@ def find_submissions(paths: Iterable[Path], assignment: str) -> list[Found]:
     return found
 
 
+_LIMIT_MESSAGES = {
+    "timeout": "Time limit reached: look for an infinite loop or a very slow step.",
+    "memory": "Memory limit reached: the function allocates far more than the task needs.",
+}
+# A task's status is the first of these that one of its cases has (else passed / failed / ...).
+_TASK_STATUS_ORDER = ("forbidden", "missing", "unreadable", "timeout", "memory", "crashed", "error")
+
+
+def _zero(case, status: str, text: str) -> CaseResult:
+    """A case that earned nothing, with its status and message."""
+    return CaseResult(case.name, 0.0, float(case.points), status, text, case.hidden)
+
+
 def _case_from_raw(task: Task, index: int, outcome: RawOutcome, answered: dict) -> CaseResult:
     case = task.cases[index]
     message = answered.get(index)
-    if message is None:
-        status = {"timeout": "timeout", "memory": "memory"}.get(outcome.ended, "crashed")
-        text = {
-            "timeout": "Time limit reached: look for an infinite loop or a very slow step.",
-            "crashed": "The process running your code died "
-            f"({outcome.detail or 'it ended before returning a result: os._exit()?'}).",
-        }.get(status, "Memory limit reached.")
-        return CaseResult(case.name, 0.0, float(case.points), status, text, case.hidden)
+    if message is None:  # the child never answered this case: how it ended says why
+        if outcome.ended in _LIMIT_MESSAGES:
+            return _zero(case, outcome.ended, _LIMIT_MESSAGES[outcome.ended])
+        why = outcome.detail or "it ended before returning a result: os._exit()?"
+        return _zero(case, "crashed", f"The process running your code died ({why}).")
     if "forbidden" in message:
-        return CaseResult(
-            case.name,
-            0.0,
-            float(case.points),
-            "forbidden",
-            f"Calls {message['forbidden']}, which this task does not allow.",
-            case.hidden,
-        )
+        text = f"Calls {message['forbidden']}, which this task does not allow."
+        return _zero(case, "forbidden", text)
+    if message.get("exc") == "MemoryError":
+        return _zero(case, "memory", _LIMIT_MESSAGES["memory"])
     if "exc" in message:
-        if message["exc"] == "MemoryError":
-            return CaseResult(
-                case.name,
-                0.0,
-                float(case.points),
-                "memory",
-                "Memory limit reached: the function allocates far more than the task needs.",
-                case.hidden,
-            )
         return exception_result(task, case, str(message["exc"]), str(message.get("msg", "")))
     return grade_output(task, case, message.get("plain"))
 
 
+def _task_status(statuses: set[str]) -> str:
+    for status in ("passed", "not attempted"):
+        if statuses == {status}:
+            return status
+    return next((s for s in _TASK_STATUS_ORDER if s in statuses), "failed")
+
+
 def task_record(task: Task, outcome: RawOutcome) -> dict:
     """Turn a child's raw outcome into the task's graded record (judging happens here)."""
-    indices = range(len(task.cases))
     if outcome.load_error is not None:
         exc = outcome.load_error["exc"]
         status = "memory" if exc == "MemoryError" else "error"
         text = f"Your notebook's definitions failed to load: raised {exc}."
-        cases = [
-            CaseResult(c.name, 0.0, float(c.points), status, text, c.hidden) for c in task.cases
-        ]
+        cases = [_zero(c, status, text) for c in task.cases]
     elif outcome.missing:
         text = f"{task.func_name} is not defined in the notebook (deleted or renamed?)."
-        cases = [
-            CaseResult(c.name, 0.0, float(c.points), "missing", text, c.hidden) for c in task.cases
-        ]
+        cases = [_zero(c, "missing", text) for c in task.cases]
     else:
+        indices = range(len(task.cases))
         answered = {m["case"]: m for m in outcome.messages if m.get("case") in indices}
         cases = [_case_from_raw(task, i, outcome, answered) for i in indices]
-    statuses = {c.status for c in cases}
-    points = sum(c.points for c in cases)
-    if "forbidden" in statuses:
-        status, points = "forbidden", 0.0
-        cases = [
-            CaseResult(c.name, 0.0, c.max_points, c.status, c.message, c.hidden) for c in cases
-        ]
-    else:
-        status = next(
-            (s for s in ("missing", "timeout", "memory", "crashed") if s in statuses), None
-        )
-        if status is None:
-            if statuses == {"not attempted"}:
-                status = "not attempted"
-            elif statuses == {"passed"}:
-                status = "passed"
-            elif "error" in statuses:
-                status = "error"
-            else:
-                status = "failed"
+    status = _task_status({c.status for c in cases})
+    if status == "forbidden":  # a forbidden call anywhere costs the whole task
+        cases = [_zero(c, c.status, c.message) for c in cases]
+    return _task_dict(task, cases, status, outcome.isolation)
+
+
+def _task_dict(task: Task, cases: list[CaseResult], status: str, isolation: dict) -> dict:
     return {
         "id": task.id,
         "func_name": task.func_name,
         "title": task.title,
-        "points": round(points, 6),
+        "points": round(sum(c.points for c in cases), 6),
         "max_points": task.max_points(),
         "status": status,
         "cases": [asdict(c) for c in cases],
-        "isolation": outcome.isolation,
+        "isolation": isolation,
     }
 
 
@@ -209,19 +196,8 @@ class Grader:
 
 
 def _unreadable_task(task: Task, problem: str) -> dict:
-    return {
-        "id": task.id,
-        "func_name": task.func_name,
-        "title": task.title,
-        "points": 0.0,
-        "max_points": task.max_points(),
-        "status": "unreadable",
-        "cases": [
-            asdict(CaseResult(c.name, 0.0, float(c.points), "unreadable", problem, c.hidden))
-            for c in task.cases
-        ],
-        "isolation": {},
-    }
+    cases = [_zero(c, "unreadable", problem) for c in task.cases]
+    return _task_dict(task, cases, "unreadable", {})
 
 
 # ----------------------------------------------------------------------------- output files
