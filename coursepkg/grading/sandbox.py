@@ -291,16 +291,13 @@ def _expose(libc, path: str, workdir: str) -> None:
                 return
             if libc.mount(b"tmpfs", current.encode(), b"tmpfs", 0, b"size=16k,mode=711") != 0:
                 return
-            if os.path.isdir(stage):
-                os.mkdir(inner)
-            else:
-                open(inner, "w").close()
+            os.mkdir(inner)  # every entry on the way to a folder is a folder
             libc.mount(stage.encode(), inner.encode(), None, MS_BIND | MS_REC, None)
             libc.umount2(stage.encode(), MNT_DETACH)
             os.rmdir(stage)
-            return _expose(libc, path, workdir)  # a deeper folder may be closed too
+            _expose(libc, path, workdir)  # a deeper folder may be closed too
+            return
         current = os.path.join(current, name)
-    return None
 
 
 def _vm_size_bytes() -> int:
