@@ -12,7 +12,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv book test lint unit nbval book-check exercises solutions serve clean distclean lock
+.PHONY: help venv book test lint unit nbval book-check exercises solutions grade-demo serve clean distclean lock
 
 help:
 	@echo "make book       build the rendered book into _build/html (creates .venv on first use)"
@@ -20,6 +20,7 @@ help:
 	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
+	@echo "make grade-demo grade a generated demo batch of chapter 1 submissions into grade-demo/"
 	@echo "make clean      remove _build; make distclean also removes .venv"
 
 venv: $(STAMP)
@@ -58,12 +59,16 @@ exercises: $(STAMP)
 solutions: $(STAMP)
 	$(BIN)/coursepkg author --execute-solutions
 
+grade-demo: $(STAMP)
+	rm -rf grade-demo
+	$(BIN)/coursepkg grade-demo 01_ngrams --dir grade-demo
+
 serve:
 	@test -f _build/html/index.html || { echo "No built book yet: run 'make book' first."; exit 1; }
 	$(PYTHON) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 clean:
-	rm -rf _build .pytest_cache .hypothesis
+	rm -rf _build .pytest_cache .hypothesis grade-demo
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean

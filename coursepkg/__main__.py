@@ -154,6 +154,24 @@ def _grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grade_demo(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg grade-demo``: build a demo batch, then grade it."""
+    from coursepkg.grading import demo, grader
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "solutions").is_dir():
+        raise UsageError("grade-demo needs the course checkout (solutions/ and exercises/)")
+    folder = Path(args.dir)
+    try:
+        demo.write_demo(args.assignment, root, folder / "submissions")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    rows = grader.grade(args.assignment, [folder / "submissions"], folder / "graded")
+    print(grader.summary_table(rows))
+    print(f"submissions in {folder}/submissions; grades.csv, feedback/ ... in {folder}/graded")
+    return 0
+
+
 def _add_grade_parser(subparsers) -> None:
     """Register ``coursepkg grade``."""
     parser = subparsers.add_parser(
@@ -188,6 +206,14 @@ def _add_grade_parser(subparsers) -> None:
         "--gradescope-results", default="/autograder/results/results.json", help=argparse.SUPPRESS
     )
     parser.set_defaults(func=_grade)
+
+    demo = subparsers.add_parser(
+        "grade-demo",
+        help="grade a generated demo batch (solution, untouched exercise, planted mistakes)",
+    )
+    demo.add_argument("assignment", nargs="?", default="01_ngrams", metavar="ASSIGNMENT")
+    demo.add_argument("--dir", default="grade-demo", help="folder for the batch and its grades")
+    demo.set_defaults(func=_grade_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted; finished work is kept (run the same command to go on)", file=sys.stderr)
         return 130
 
 

@@ -75,6 +75,7 @@ HOSTILE = {
         "    return dict(Counter(g for x in s for g in ngrams(pad(x, n), n)))\n"
     ),
     "renamed": "def count_ngram(s, n):\n    return {}\n",
+    "stdin": "def count_ngrams(s, n):\n    return {('a',): int(input('n? '))}\n",
     "network": (
         "import urllib.request\ndef count_ngrams(s, n):\n"
         "    return urllib.request.urlopen('http://127.0.0.1:9', timeout=1).read()\n"
@@ -113,11 +114,36 @@ def graded(tmp_path_factory):
     forged.cells[2].metadata["tags"] = ["points:100"]
     forged.cells[2].outputs = [nbformat.v4.new_output("stream", text="4/4 points\n")]
     nbformat.write(forged, subs / "forged.ipynb")
+    out = tmp_path_factory.mktemp("out")
+    # writing a fake gradebook into the output folder, reading another submission
+    writer = (
+        "def count_ngrams(s, n):\n"
+        f"    open({str(out / 'grades.csv')!r}, 'w').write('student,total\\nwriter,30\\n')\n"
+        "    open('grades.csv', 'w').write('forged')\n"
+        "    return {}\n"
+    )
+    reader = (
+        f"def count_ngrams(s, n):\n    return eval(open({str(subs / 'solution.ipynb')!r}).read())\n"
+    )
+    nbformat.write(notebook(writer), subs / "writer.ipynb")
+    nbformat.write(notebook(reader), subs / "reader.ipynb")
+    # nbformat 3, an edited kernelspec, a 200 MB notebook
+    v3 = nbformat.v3.new_notebook()
+    v3.worksheets = [
+        nbformat.v3.new_worksheet(cells=[nbformat.v3.new_code_cell(GOOD_COUNT + OTHER_STUBS)])
+    ]
+    (subs / "oldformat.ipynb").write_text(nbformat.v3.writes_json(v3))
+    nbformat.write(
+        notebook(GOOD_COUNT, kernelspec={"name": "bash", "display_name": "x"}),
+        subs / "kernel.ipynb",
+    )
+    huge = notebook(GOOD_COUNT)
+    huge.cells[2].outputs = [nbformat.v4.new_output("stream", text="x" * 200_000_000)]
+    nbformat.write(huge, subs / "huge.ipynb")
     (subs / "=HYPERLINK(evil).ipynb").write_text("{not json")
     (subs / "truncated.ipynb").write_text(nbformat.writes(notebook(GOOD_COUNT))[:200])
     (subs / "listy.ipynb").write_text("[1, 2]")
     (subs / "latin1.ipynb").write_bytes(b'{"cells": "\xe9"}')
-    out = tmp_path_factory.mktemp("out")
     limits = Limits(timeout=4.0, memory_mb=1024)
     rows = grade("01_ngrams", [subs], out, jobs=2, limits=limits, progress=False)
     return subs, out, {found.student: record for found, record in rows}, limits
@@ -153,6 +179,11 @@ def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
         ("library", "forbidden"),
         ("renamed", "missing"),
         ("network", "error"),
+        ("stdin", "error"),
+        ("writer", "error"),
+        ("reader", "error"),
+        ("oldformat", "passed"),
+        ("kernel", "passed"),
         ("forged", "failed"),
     ],
 )
@@ -167,7 +198,7 @@ def test_each_hostile_task_gets_its_status_and_no_credit(graded, student, status
     assert others == {"not attempted"}
 
 
-@pytest.mark.parametrize("student", ["_HYPERLINK_evil_", "truncated", "listy", "latin1"])
+@pytest.mark.parametrize("student", ["_HYPERLINK_evil_", "truncated", "listy", "latin1", "huge"])
 def test_unreadable_files_are_reported_not_fatal(graded, student):
     _, _, records, _ = graded
     assert records[student]["status"] == "unreadable"
@@ -235,3 +266,56 @@ def test_cli_grades_a_folder_and_reports_usage_mistakes(tmp_path, capsys):
     assert "unknown assignment '99_nothing'" in capsys.readouterr().err
     assert main(["grade", "01_ngrams", str(tmp_path / "nope"), "--out", str(out)]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_a_killed_run_resumes_to_the_same_gradebook(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for i in range(4):
+        nbformat.write(notebook(GOOD_COUNT), subs / f"good{i}.ipynb")
+    nbformat.write(notebook(HOSTILE["loop"]), subs / "slow.ipynb")
+
+    def command(out):
+        return [
+            sys.executable,
+            "-m",
+            "coursepkg",
+            "grade",
+            "01_ngrams",
+            str(subs),
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+            "--timeout",
+            "3",
+        ]
+
+    out = tmp_path / "out"
+    run = subprocess.Popen(
+        command(out), start_new_session=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((out / "cache").glob("*.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)  # SIGKILL mid-batch: no clean-up code runs
+    run.wait()
+    assert not (out / "grades.csv").exists()
+    assert 2 <= len(list((out / "cache").glob("*.json"))) < 5
+
+    subprocess.run(command(out), check=True, capture_output=True)
+    clean = tmp_path / "clean"
+    subprocess.run(command(clean), check=True, capture_output=True)
+    assert (out / "grades.csv").read_bytes() == (clean / "grades.csv").read_bytes()
+    for result in (clean / "results").iterdir():
+        assert (out / "results" / result.name).read_bytes() == result.read_bytes()
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert any(entry["cached"] for entry in log)
+    leftovers = [p for p in out.rglob(".*") if p.is_file()]
+    assert leftovers == []

@@ -21,7 +21,7 @@ import queue
 import shutil
 import tempfile
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -219,6 +219,15 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def _remove_unfinished_writes(out: Path) -> None:
+    """Delete the temporary files of writes that a killed run left (``.NAME.xxxxxx``)."""
+    for folder in (out, out / "results", out / "feedback", out / "cache"):
+        if folder.is_dir():
+            for path in folder.glob(".*"):
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+
+
 def spreadsheet_safe(value: object) -> object:
     """Neutralise text a spreadsheet would run as a formula (a leading = + - @ tab or CR)."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
@@ -392,18 +401,23 @@ def grade(
             log.write(json.dumps(line, sort_keys=True) + "\n")
         return record
 
+    _remove_unfinished_writes(out)
+    pool = ThreadPoolExecutor(max_workers=grader.jobs)
     try:
-        with ThreadPoolExecutor(max_workers=grader.jobs) as pool:
-            records = list(
-                tqdm(
-                    pool.map(one, found),
-                    total=len(found),
-                    desc=f"grading {assignment}",
-                    unit="notebook",
-                    disable=not progress,
-                )
-            )
+        futures = [pool.submit(one, item) for item in found]
+        bar = tqdm(
+            total=len(found), desc=f"grading {assignment}", unit="notebook", disable=not progress
+        )
+        with bar:
+            for _ in as_completed(futures):
+                bar.update()
+        records = [future.result() for future in futures]
+    except BaseException:
+        # Ctrl-C: start nothing new; what is running finishes (or times out) and is cached.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         grader.close()
     rows = sorted(zip(found, records, strict=True), key=lambda row: row[0].student)
     atomic_write(out / "grades.csv", grades_csv(rows, grader.tasks))
