@@ -319,3 +319,46 @@ def test_a_killed_run_resumes_to_the_same_gradebook(tmp_path):
     assert any(entry["cached"] for entry in log)
     leftovers = [p for p in out.rglob(".*") if p.is_file()]
     assert leftovers == []
+
+
+def test_gradescope_mode_writes_results_json(tmp_path, capsys):
+    from coursepkg.__main__ import main
+
+    submission = tmp_path / "autograder" / "submission"
+    submission.mkdir(parents=True)
+    (submission / "01_ngrams.ipynb").write_bytes(
+        (ROOT / "solutions" / "01_ngrams.ipynb").read_bytes()
+    )
+    results = tmp_path / "autograder" / "results" / "results.json"
+    code = main(
+        [
+            "grade",
+            "01_ngrams",
+            "--gradescope",
+            "--gradescope-submission",
+            str(submission),
+            "--gradescope-results",
+            str(results),
+            "--out",
+            str(tmp_path / "work"),
+        ]
+    )
+    assert code == 0
+    result = json.loads(results.read_text())
+    assert result["score"] == result["max_score"] == 30
+    visibilities = {t["visibility"] for t in result["tests"]}
+    assert visibilities == {"visible", "after_published"}
+
+
+def test_without_privileges_the_limits_still_hold(tmp_path):
+    """What runs when the grader is not root: no namespaces or user, but limits and timeout."""
+    from coursepkg.grading.sandbox import run_in_child
+
+    request = {"code": HOSTILE["membomb"], "task": "1.1", "cases": [0]}
+    outcome = run_in_child(request, Limits(timeout=5, memory_mb=512), str(tmp_path), [], None)
+    assert outcome.isolation["user"] is False and outcome.isolation["network"] is False
+    assert "memory" in outcome.isolation["limits"]
+    assert outcome.messages[0]["exc"] == "MemoryError"
+    request = {"code": HOSTILE["loop"], "task": "1.1", "cases": [0]}
+    outcome = run_in_child(request, Limits(timeout=1.5), str(tmp_path), [], None)
+    assert outcome.ended == "timeout" and outcome.messages == []
