@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; finished work is kept (run the same command to go on)", file=sys.stderr)
+        message = "interrupted; finished work is kept (run the same command to go on)"
+        print(f"{PROG}: {message}", file=sys.stderr)
         return 130
 
 
