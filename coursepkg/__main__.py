@@ -139,8 +139,10 @@ def _grade(args: argparse.Namespace) -> int:
         raise UsageError(f"no such file or folder: {', '.join(missing)}")
     if not grader.find_submissions(paths, args.assignment):
         raise UsageError(f"no notebooks (*.ipynb) in {', '.join(map(str, paths))}")
-    if args.jobs < 1 or args.timeout <= 0 or args.memory < 64:
-        raise UsageError("--jobs must be >= 1, --timeout > 0 and --memory >= 64 (MB)")
+    if not 1 <= args.jobs <= grader.MAX_JOBS or args.timeout <= 0 or args.memory < 64:
+        raise UsageError(
+            f"--jobs must be 1..{grader.MAX_JOBS}, --timeout > 0 and --memory >= 64 (MB)"
+        )
     limits = Limits(timeout=args.timeout, memory_mb=args.memory)
     rows = grader.grade(args.assignment, paths, out, jobs=args.jobs, limits=limits)
     print(grader.summary_table(rows))

@@ -362,3 +362,39 @@ def test_without_privileges_the_limits_still_hold(tmp_path):
     request = {"code": HOSTILE["loop"], "task": "1.1", "cases": [0]}
     outcome = run_in_child(request, Limits(timeout=1.5), str(tmp_path), [], None)
     assert outcome.ended == "timeout" and outcome.messages == []
+
+
+def test_two_graders_at_once_do_not_disturb_each_other(tmp_path):
+    """Each grader's children run as users of its own: one's clean-up never kills the other's."""
+    import subprocess
+    import sys
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for i in range(3):
+        nbformat.write(notebook(GOOD_COUNT), subs / f"good{i}.ipynb")
+    nbformat.write(notebook(HOSTILE["forkbomb"]), subs / "bomb.ipynb")
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "coursepkg",
+                "grade",
+                "01_ngrams",
+                str(subs),
+                "--out",
+                str(tmp_path / f"out{k}"),
+                "--timeout",
+                "3",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for k in range(2)
+    ]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0]
+    for k in range(2):
+        rows = {r["student"]: r for r in csv.DictReader((tmp_path / f"out{k}/grades.csv").open())}
+        assert [rows[f"good{i}"]["1.1 count_ngrams"] for i in range(3)] == ["8"] * 3
+        assert rows["bomb"]["1.1 count_ngrams"] == "0"

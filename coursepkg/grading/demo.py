@@ -16,7 +16,7 @@ PLANTED: dict[str, dict[str, tuple[str, str]]] = {
     "01_ngrams": {
         "ada-forgets-eos": (
             "count_ngrams",
-            '''def count_ngrams(sentences, n):
+            """def count_ngrams(sentences, n):
     counts = {}
     for sentence in sentences:
         padded = ["<s>"] * (n - 1) + list(sentence)  # no "</s>"
@@ -24,26 +24,26 @@ PLANTED: dict[str, dict[str, tuple[str, str]]] = {
             gram = tuple(padded[i:i + n])
             counts[gram] = counts.get(gram, 0) + 1
     return counts
-''',
+""",
         ),
         "ben-joint-probability": (
             "mle_prob",
-            '''def mle_prob(counts, word, context):
+            """def mle_prob(counts, word, context):
     total = sum(counts.values())  # every n-gram, not only those after the context
     return counts.get(tuple(context) + (word,), 0) / total if total else 0.0
-''',
+""",
         ),
         "cy-forgets-k-times-v": (
             "add_k_prob",
-            '''def add_k_prob(counts, vocab, word, context, k):
+            """def add_k_prob(counts, vocab, word, context, k):
     context = tuple(context)
     total = sum(c for g, c in counts.items() if g[:-1] == context)
     return (counts.get(context + (word,), 0) + k) / (total + k)
-''',
+""",
         ),
         "dee-log10-perplexity": (
             "perplexity",
-            '''import math
+            """import math
 
 
 def perplexity(model, sentences):
@@ -55,7 +55,7 @@ def perplexity(model, sentences):
             log_sum += math.log10(model.prob(padded[i], context))
             count += 1
     return math.exp(-log_sum / count)
-''',
+""",
         ),
     }
 }

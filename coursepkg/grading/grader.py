@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import os
 import queue
@@ -30,7 +31,21 @@ from coursepkg.checks.core import CaseResult, Task, exception_result, grade_outp
 from coursepkg.grading.sandbox import Limits, RawOutcome, can_isolate, run_in_child
 from coursepkg.grading.submission import Submission, read_submission, student_id
 
-FIRST_UID = 61000  # one unprivileged user per parallel slot (no entry in /etc/passwd needed)
+# One unprivileged user per parallel slot, unique to this grader process (no /etc/passwd entry is
+# needed): the clean-up kills every process of a slot's user, so two graders running at the same
+# time on one machine must never share a user.
+UID_BASE = 1 << 28
+MAX_JOBS = 64
+
+
+_GRADERS = itertools.count()
+
+
+def slot_uids(jobs: int) -> list[int]:
+    """User ids for the ``jobs`` parallel slots of a new grader, unused by any other live grader
+    (of this process, by a counter; of other processes, by the process id)."""
+    key = (os.getpid() % (1 << 16)) * 64 + next(_GRADERS) % 64
+    return [UID_BASE + key * MAX_JOBS + slot for slot in range(jobs)]
 
 
 @dataclass(frozen=True)
@@ -151,13 +166,13 @@ class Grader:
         if not self.tasks:
             raise ValueError(f"unknown assignment {assignment!r}")
         self.out = out
-        self.jobs = max(1, jobs)
+        self.jobs = min(max(1, jobs), MAX_JOBS)
         self.limits = limits or Limits()
         self.hide = sorted({str(Path(p).resolve()) for p in hide} | {str(out.resolve())})
         self.isolate = can_isolate()
         self._uids: queue.Queue = queue.Queue()
-        for slot in range(self.jobs):
-            self._uids.put(FIRST_UID + slot if self.isolate else None)
+        for uid in slot_uids(self.jobs):
+            self._uids.put(uid if self.isolate else None)
         self._tmp = Path(tempfile.mkdtemp(prefix="coursepkg-grade-"))
         os.chmod(self._tmp, 0o711)
 

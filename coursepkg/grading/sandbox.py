@@ -257,13 +257,17 @@ def enter_isolation(limits: dict, workdir: str, hide: list[str], uid: int | None
     os.chdir(workdir)
     _set_limits(limits, iso)
     if uid is not None and can_isolate():
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        except OSError:  # e.g. a container that maps few user ids: stay, and say so
+            pass
         iso.user = os.getuid() == uid
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-            iso.limits.append("nproc")
+        if iso.user:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
+                iso.limits.append("nproc")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
