@@ -59,8 +59,11 @@ class Tripwire:
         self.builtins: dict[int, str] = {}
         self.hit: str | None = None
         for name in (*task.forbidden, *_ALWAYS_FORBIDDEN):
-            obj = _resolve(name)
-            if isinstance(obj, types.ModuleType):
+            # A library that is not loaded yet is not imported here (nltk costs 0.25 s a task):
+            # the submission can only reach it by importing it, which the prefix check sees.
+            loaded = name.split(".")[0] in sys.modules
+            obj = _resolve(name) if loaded else None
+            if obj is None or isinstance(obj, types.ModuleType):
                 self.prefixes.append(name)
             else:
                 self._add(name, obj)
