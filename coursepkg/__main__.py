@@ -147,7 +147,9 @@ def _grade(args: argparse.Namespace) -> int:
     rows = grader.grade(args.assignment, paths, out, jobs=args.jobs, limits=limits)
     print(grader.summary_table(rows))
     if args.gradescope:
-        _, record = rows[0]
+        # One student per Gradescope run: the notebook named after the assignment, else the first.
+        named = [row for row in rows if row[0].path.name == f"{args.assignment}.ipynb"]
+        _, record = (named or rows)[0]
         target = Path(args.gradescope_results)
         grader.atomic_write(target, grader.gradescope_json(record))
         print(f"wrote {target}")

@@ -251,12 +251,12 @@ def enter_isolation(limits: dict, workdir: str, hide: list[str], uid: int | None
                 ):
                     hidden += 1
             iso.filesystem = hidden == len([p for p in hide if os.path.isdir(p)])
-            for path in dict.fromkeys([sys.base_prefix, sys.prefix, *sys.path]):
-                if path and os.path.isdir(path):
-                    _expose(libc, path, workdir)
+            for path in _python_paths():
+                _expose(libc, path, workdir)
     os.chdir(workdir)
     _set_limits(limits, iso)
-    if uid is not None and can_isolate():
+    # Drop to the unprivileged user only if it can still import Python (else stay, and say so).
+    if uid is not None and can_isolate() and all(map(_open_to_others, _python_paths())):
         try:
             os.setgroups([])
             os.setgid(uid)
@@ -275,6 +275,22 @@ def enter_isolation(limits: dict, workdir: str, hide: list[str], uid: int | None
     os.environ["HOME"] = workdir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-big write fails instead of killing
     return iso
+
+
+def _python_paths() -> list[str]:
+    """The folders the interpreter imports from (they must stay reachable for the child)."""
+    paths = dict.fromkeys([sys.base_prefix, sys.prefix, *sys.path])
+    return [path for path in paths if path and os.path.isdir(path)]
+
+
+def _open_to_others(path: str) -> bool:
+    """True when a user with no special rights can reach ``path`` (every folder on the way)."""
+    current = "/"
+    for name in ["", *os.path.realpath(path).split(os.sep)[1:]]:
+        current = os.path.join(current, name)
+        if not os.stat(current).st_mode & 0o001:
+            return False
+    return True
 
 
 def _expose(libc, path: str, workdir: str) -> None:
