@@ -398,3 +398,25 @@ def test_two_graders_at_once_do_not_disturb_each_other(tmp_path):
         rows = {r["student"]: r for r in csv.DictReader((tmp_path / f"out{k}/grades.csv").open())}
         assert [rows[f"good{i}"]["1.1 count_ngrams"] for i in range(3)] == ["8"] * 3
         assert rows["bomb"]["1.1 count_ngrams"] == "0"
+
+
+def test_the_callers_main_script_is_not_run_again_in_children(tmp_path):
+    """multiprocessing would re-run the calling script in the server and each child."""
+    import subprocess
+    import sys
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(notebook(GOOD_COUNT), subs / "good.ipynb")
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "grade_it.py"
+    script.write_text(
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "from pathlib import Path\n"
+        "from coursepkg.grading.grader import grade\n"
+        f"rows = grade('01_ngrams', [Path({str(subs)!r})], Path({str(tmp_path / 'out')!r}),"
+        " progress=False)\n"
+        "assert rows[0][1]['tasks'][0]['status'] == 'passed', rows\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, capture_output=True, timeout=120)
+    assert marker.read_text() == "ran\n"

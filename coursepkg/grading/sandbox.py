@@ -30,7 +30,9 @@ import resource
 import signal
 import sys
 import tempfile
+import threading
 import time
+import types
 from dataclasses import asdict, dataclass, field
 
 _PRELOAD = ["torch", "numpy", "coursepkg.checks", "coursepkg.grading.worker"]
@@ -107,6 +109,27 @@ def _get_context():
     return _context
 
 
+_start_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _bare_main():
+    """Start a child without multiprocessing re-running the caller's main script in it.
+
+    multiprocessing prepares each forkserver child by importing the parent's ``__main__`` file
+    again (a script that imports nbformat costs 1.7 s a task that way, and its top-level code
+    would run as the child's user). The worker needs nothing from ``__main__``, so an empty
+    module stands in for it while the child (and the server, on first use) is started.
+    """
+    with _start_lock:
+        real = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = real
+
+
 def can_isolate() -> bool:
     """True when children can get their own namespaces and user (root on Linux)."""
     return sys.platform.startswith("linux") and os.geteuid() == 0
@@ -136,7 +159,8 @@ def run_in_child(
         args=(sender, json.dumps(request), asdict(limits), workdir, list(hide), uid),
         daemon=True,
     )
-    process.start()
+    with _bare_main():
+        process.start()
     sender.close()
     outcome = RawOutcome()
     deadline = time.monotonic() + limits.timeout
