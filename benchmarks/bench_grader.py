@@ -54,6 +54,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from coursepkg.checks import task_by_func_name
+from coursepkg.grading.demo import PLANTED
+
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "01_ngrams"
 SOLUTION_NB = ROOT / "solutions" / f"{ASSIGNMENT}.ipynb"
@@ -74,53 +77,11 @@ NBGRADER_PACKAGES = [
 NBGRADER_STAMP = "bench-installed.json"
 
 # Planted mistakes: (task id, label, function source). Each replaces one task's function cell.
+# The four of `make grade-demo`, and two more.
 MISTAKES = [
-    (
-        "1.1",
-        "count_ngrams without </s>",
-        '''def count_ngrams(sentences, n):
-    counts = {}
-    for sentence in sentences:
-        tokens = ["<s>"] * (n - 1) + list(sentence)
-        for i in range(len(tokens) - n + 1):
-            gram = tuple(tokens[i : i + n])
-            counts[gram] = counts.get(gram, 0) + 1
-    return counts
-''',
-    ),
-    (
-        "1.2",
-        "mle_prob over all counts",
-        '''def mle_prob(counts, word, context):
-    total = sum(counts.values())
-    if total == 0:
-        return 0.0
-    return counts.get(tuple(context) + (word,), 0) / total
-''',
-    ),
-    (
-        "1.3",
-        "add_k_prob without k|V|",
-        '''def add_k_prob(counts, vocab, word, context, k):
-    context = tuple(context)
-    total = sum(c for gram, c in counts.items() if gram[:-1] == context)
-    return (counts.get(context + (word,), 0) + k) / (total + k)
-''',
-    ),
-    (
-        "1.4",
-        "perplexity without </s>",
-        '''def perplexity(model, sentences):
-    n = model.n
-    total_logprob, n_tokens = 0.0, 0
-    for sentence in sentences:
-        tokens = ["<s>"] * (n - 1) + list(sentence)
-        for i in range(n - 1, len(tokens)):
-            total_logprob += math.log(model.prob(tokens[i], tuple(tokens[i - n + 1 : i])))
-            n_tokens += 1
-    return math.exp(-total_logprob / max(n_tokens, 1))
-''',
-    ),
+    (task_by_func_name(func_name, ASSIGNMENT).id, student, source)
+    for student, (func_name, source) in PLANTED[ASSIGNMENT].items()
+] + [
     (
         "1.1",
         "count_ngrams returns a list",
