@@ -184,7 +184,7 @@ def run_in_child(
         _kill_tree(process, uid)
         receiver.close()
     if outcome.ended == "ok":
-        outcome.ended, outcome.detail = _classify_exit(process.exitcode, outcome)
+        outcome.ended, outcome.detail = _classify_exit(process.exitcode)
     return outcome
 
 
@@ -210,7 +210,7 @@ def _take(outcome: RawOutcome, raw: bytes) -> bool:
     return True
 
 
-def _classify_exit(exitcode: int | None, outcome: RawOutcome) -> tuple[str, str]:
+def _classify_exit(exitcode: int | None) -> tuple[str, str]:
     if exitcode in (0, None):
         return "ok", ""
     if exitcode < 0:
