@@ -140,6 +140,10 @@ def graded(tmp_path_factory):
     huge = notebook(GOOD_COUNT)
     huge.cells[2].outputs = [nbformat.v4.new_output("stream", text="x" * 200_000_000)]
     nbformat.write(huge, subs / "huge.ipynb")
+    markdown = notebook("")
+    markdown.cells[2] = nbformat.v4.new_markdown_cell(GOOD_COUNT)  # the code typed into markdown
+    nbformat.write(markdown, subs / "markdown.ipynb")
+    nbformat.write(notebook(GOOD_COUNT), subs / "o'neil \"q\".ipynb")
     (subs / "=HYPERLINK(evil).ipynb").write_text("{not json")
     (subs / "truncated.ipynb").write_text(nbformat.writes(notebook(GOOD_COUNT))[:200])
     (subs / "listy.ipynb").write_text("[1, 2]")
@@ -184,6 +188,8 @@ def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
         ("reader", "error"),
         ("oldformat", "passed"),
         ("kernel", "passed"),
+        ("markdown", "missing"),
+        ("o_neil_q_", "passed"),
         ("forged", "failed"),
     ],
 )
