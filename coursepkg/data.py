@@ -99,6 +99,18 @@ def shakespeare_plays() -> dict[str, str]:
     return {title: text for _, title, text in sorted(_works(), key=lambda w: w[1])}
 
 
+
+def shakespeare_lines() -> list[str]:
+    """The non-blank lines of :func:`shakespeare`, stripped of surrounding spaces.
+
+    The character-level data of the course. Chapters compare character language models
+    on one split: ``train, held_out = train_test_split(shakespeare_lines(), 0.1)``; an
+    n-gram model reads each line as a sentence (predicting ``</s>`` at its end), a neural
+    model reads ``"\\n".join(lines) + "\\n"`` (predicting the newline), so both predict
+    the same number of tokens.
+    """
+    return [line.strip() for line in shakespeare().splitlines() if line.strip()]
+
 # ---------------------------------------------------------------------------- tokenizing
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['-][A-Za-z0-9]+)*")
 _CAST_LIST = re.compile(
