@@ -312,6 +312,73 @@ class CharTokenizer:
         return "".join(out)
 
 
+
+class SeqCodec:
+    """Characters <-> ids for sequence-to-sequence models, with three reserved ids.
+
+    Id 0 is padding (``PAD``), 1 marks the beginning (``BOS``) and 2 the end (``EOS``) of a
+    target; the characters take ids 3.. in sorted order. Batches are right-padded.
+
+    Example:
+        >>> codec = SeqCodec("0123456789-")
+        >>> ids, lengths = codec.encode_batch(["12", "3"], eos=True)
+        >>> ids.tolist(), lengths.tolist()
+        ([[5, 6, 2], [7, 2, 0]], [3, 2])
+        >>> codec.decode([5, 6, 2, 7])
+        '12'
+    """
+
+    PAD = 0
+    BOS = 1
+    EOS = 2
+
+    def __init__(self, chars: Sequence[str] | str) -> None:
+        self.tokenizer = CharTokenizer(chars)
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids, the three reserved ones included."""
+        return self.tokenizer.vocab_size + 3
+
+    def __repr__(self) -> str:
+        return f"SeqCodec(vocab_size={self.vocab_size})"
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        """The ids of ``text``, optionally preceded by BOS and followed by EOS."""
+        ids = [i + 3 for i in self.tokenizer.encode(text)]
+        return [self.BOS] * bos + ids + [self.EOS] * eos
+
+    def encode_batch(
+        self, texts: Sequence[str], *, bos: bool = False, eos: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode and right-pad several texts.
+
+        Returns:
+            ``(ids, lengths)``: ids LongTensor (B, L) padded with ``PAD``, L the longest
+            length; lengths LongTensor (B,) the unpadded lengths (BOS/EOS included).
+        """
+        rows = [self.encode(t, bos=bos, eos=eos) for t in texts]
+        if not rows:
+            raise ValueError("encode_batch needs at least one text")
+        lengths = torch.tensor([len(r) for r in rows])
+        ids = torch.full((len(rows), int(lengths.max())), self.PAD, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return ids, lengths
+
+    def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
+        """The text of a sequence of ids: stops at the first EOS, skips PAD and BOS."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        out = []
+        for i in ids:
+            if i == self.EOS:
+                break
+            if i in (self.PAD, self.BOS):
+                continue
+            out.append(i - 3)
+        return self.tokenizer.decode(out)
+
 # ---------------------------------------------------------------------------- synthetic tasks
 def _check_count(name: str, value: object, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
