@@ -188,6 +188,10 @@ def evaluate(
     Returns:
         The mean cross-entropy (natural log) over the N - 1 predicted tokens.
     """
+    if block_size < 1 or batch_size < 1:
+        raise ValueError(
+            f"block_size and batch_size must be positive, got {block_size} and {batch_size}"
+        )
     ids = _check_ids("ids", ids, 1)
     was_training = model.training
     model.eval()
@@ -243,6 +247,8 @@ def generate(
         raise ValueError(f"idx must be (B, T) with T >= 1, got {tuple(idx.shape)}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     block_size = block_size or getattr(model, "block_size", None)
     was_training = model.training
     model.eval()

@@ -417,7 +417,7 @@ def pool(out: Tensor, lengths: Tensor | None = None, how: Pooling = "last") -> T
         return out[torch.arange(B, device=out.device), lengths - 1]  # (B, F)
     real = torch.arange(T, device=out.device)[None, :] < lengths[:, None]  # (B, T)
     if how == "mean":
-        total = (out * real[..., None].to(out.dtype)).sum(dim=1)  # (B, F)
+        total = out.masked_fill(~real[..., None], 0.0).sum(dim=1)  # (B, F)
         return total / lengths[:, None].to(out.dtype)
     if how == "max":
         return out.masked_fill(~real[..., None], float("-inf")).amax(dim=1)  # (B, F)

@@ -1,0 +1,445 @@
+"""Tests of coursepkg.lm: batches, the training loop, evaluation in nats/token and sampling,
+with toy models whose logits (and so whose losses) are known exactly."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coursepkg.lm import TrainHistory, evaluate, generate, get_batch, train
+from coursepkg.rnn import RNNLM
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster, and far faster on a shared, busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- toy models
+class Uniform(nn.Module):
+    """Logits all zero: every token has probability 1/V, so the loss is ln V per token."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, idx):
+        return torch.zeros(*idx.shape, self.vocab_size, dtype=torch.float64)
+
+
+class Bigram(nn.Module):
+    """Logits at t are ``table[idx[:, t]]``: the loss of each (previous, next) pair is known.
+
+    Records every input it is called with, so tests can see the windows a caller used.
+    """
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table.clone())
+        self.calls: list[torch.Tensor] = []
+
+    def forward(self, idx):
+        self.calls.append(idx.clone())
+        return self.table[idx]  # (B, T, V)
+
+
+def bigram_loss(table: torch.Tensor, ids: torch.Tensor) -> float:
+    """Mean -log p(ids[i+1] | ids[i]) over i, by hand."""
+    logp = torch.log_softmax(table.double(), dim=-1)
+    pairs = [-logp[a, b].item() for a, b in zip(ids[:-1].tolist(), ids[1:].tolist(), strict=True)]
+    return math.fsum(pairs) / len(pairs)
+
+
+def random_table(V: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(V, V, generator=gen(seed), dtype=torch.float64) * 2
+
+
+def repetitive_ids(n: int = 400, period: str = "abcde") -> torch.Tensor:
+    text = (period * (n // len(period) + 1))[:n]
+    return torch.tensor([ord(ch) - ord("a") for ch in text])
+
+
+# ----------------------------------------------------------------------------- get_batch
+def test_get_batch_shapes_and_shift():
+    ids = torch.arange(100) * 3  # the value tells the position
+    x, y = get_batch(ids, 5, 8, generator=gen(0))
+    assert x.shape == y.shape == (5, 8) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(y[:, :-1], x[:, 1:])  # y is x shifted by one
+    assert torch.equal(y, x + 3)  # the next token of the text
+    assert torch.equal(x, x[:, :1] + 3 * torch.arange(8))  # consecutive windows
+    starts = x[:, 0] // 3
+    assert ((starts >= 0) & (starts + 8 < 100)).all()
+
+
+def test_get_batch_is_deterministic_for_a_seed():
+    ids = torch.randint(0, 50, (300,), generator=gen(1))
+    a = get_batch(ids, 4, 10, generator=gen(7))
+    b = get_batch(ids, 4, 10, generator=gen(7))
+    c = get_batch(ids, 4, 10, generator=gen(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+def test_get_batch_reaches_both_ends_of_the_text():
+    ids = torch.arange(12)
+    g = gen(0)
+    starts = torch.cat([get_batch(ids, 50, 4, generator=g)[0][:, 0] for _ in range(4)])
+    # windows of 4 + 1 tokens in 12: starts 0..7, all of them drawn, none beyond
+    assert set(starts.tolist()) == set(range(8))
+    x, y = get_batch(torch.arange(5), 3, 4, generator=gen(0))  # exactly block_size + 1
+    assert torch.equal(x, torch.arange(4).expand(3, 4))
+    assert torch.equal(y, torch.arange(1, 5).expand(3, 4))
+
+
+# ----------------------------------------------------------------------------- train
+def tiny_lm(seed: int = 0, V: int = 5) -> RNNLM:
+    torch.manual_seed(seed)
+    return RNNLM(V, 8, 16, cell="lstm")
+
+
+TRAIN_KW = {"batch_size": 4, "block_size": 8, "lr": 5e-2, "progress": False}
+
+
+def test_train_history_and_loss_decreases():
+    ids = repetitive_ids(400)
+    model = tiny_lm()
+    val = repetitive_ids(60)
+    before = evaluate(model, val, block_size=8)
+    history = train(model, ids, val, steps=25, eval_every=10, **TRAIN_KW)
+    assert isinstance(history, TrainHistory)
+    assert history.steps == list(range(1, 26))
+    assert len(history.train_loss) == 25
+    assert history.val_steps == [10, 20, 25]  # every eval_every steps and at the end
+    assert len(history.val_loss) == 3
+    assert history.tokens == 25 * 4 * 8
+    assert history.seconds > 0 and history.tokens_per_second > 0
+    assert all(math.isfinite(v) for v in history.train_loss + history.val_loss)
+    # a period-5 text is easy: the loss falls far below ln 5 = 1.61
+    # (measured: train 1.59 at step 1, 0.02 at step 25; val 0.10, 0.020, 0.017)
+    assert history.train_loss[0] > 1.4
+    assert max(history.train_loss[-5:]) < 0.15
+    assert history.val_loss[-1] < 0.1 and before > 1.4
+    assert history.val_loss == sorted(history.val_loss, reverse=True)
+    assert not model.training  # left in eval mode
+    # the last val_loss is the trained model's loss on the first eval_tokens + 1 tokens
+    assert history.val_loss[-1] == pytest.approx(evaluate(model, val, block_size=8), rel=1e-6)
+
+
+def test_train_val_steps_without_eval_every_and_without_val():
+    ids = repetitive_ids(100)
+    h = train(tiny_lm(), ids, repetitive_ids(30), steps=4, **TRAIN_KW)
+    assert h.val_steps == [4] and len(h.val_loss) == 1
+    h = train(tiny_lm(), ids, repetitive_ids(30), steps=4, eval_every=2, **TRAIN_KW)
+    assert h.val_steps == [2, 4] and len(h.val_loss) == 2  # the end is not evaluated twice
+    h = train(tiny_lm(), ids, None, steps=3, eval_every=1, **TRAIN_KW)
+    assert h.val_steps == [] and h.val_loss == [] and len(h.train_loss) == 3
+
+
+def test_train_eval_tokens_limits_the_evaluation():
+    table = random_table(5, seed=3)
+    model = Bigram(table)
+    val = torch.randint(0, 5, (200,), generator=gen(2))
+    train(model, repetitive_ids(50), val, steps=1, eval_tokens=30, lr=0.0,
+          batch_size=2, block_size=4, progress=False)
+    eval_calls = model.calls[1:]  # the first call is the training step
+    seen = torch.cat([c.reshape(-1) for c in eval_calls])
+    assert seen.numel() == 30  # 31 tokens read, 30 predicted
+    assert torch.equal(seen, val[:30])
+
+
+def test_train_same_seed_same_history():
+    ids, val = repetitive_ids(200), repetitive_ids(40)
+    a = train(tiny_lm(), ids, val, steps=6, eval_every=3, seed=5, **TRAIN_KW)
+    b = train(tiny_lm(), ids, val, steps=6, eval_every=3, seed=5, **TRAIN_KW)
+    c = train(tiny_lm(), torch.randint(0, 5, (200,), generator=gen(0)), val, steps=6,
+              seed=5, **TRAIN_KW)
+    d = train(tiny_lm(), torch.randint(0, 5, (200,), generator=gen(0)), val, steps=6,
+              seed=6, **TRAIN_KW)
+    assert a.train_loss == b.train_loss and a.val_loss == b.val_loss
+    assert a.steps == b.steps and a.val_steps == b.val_steps
+    assert c.train_loss != d.train_loss  # another seed, other batches
+
+
+def test_train_draws_its_batches_with_get_batch_and_the_seed():
+    model = Bigram(random_table(5))
+    ids = torch.randint(0, 5, (100,), generator=gen(3))
+    train(model, ids, steps=3, seed=11, batch_size=2, block_size=6, lr=1e-3, progress=False)
+    g = gen(11)
+    expected = [get_batch(ids, 2, 6, generator=g)[0] for _ in range(3)]
+    assert len(model.calls) == 3
+    for seen, x in zip(model.calls, expected, strict=True):
+        assert torch.equal(seen, x)
+
+
+def test_train_learns_the_bigram_table_of_its_text():
+    """On a text of one repeated bigram chain, a bigram model learns the chain."""
+    model = Bigram(torch.zeros(4, 4, dtype=torch.float64))
+    ids = torch.tensor([0, 1, 2, 3] * 30)
+    train(model, ids, steps=60, batch_size=4, block_size=5, lr=0.2, grad_clip=None,
+          progress=False)
+    assert torch.equal(model.table.argmax(-1), torch.tensor([1, 2, 3, 0]))
+
+
+def test_progress_bar_only_when_asked(capsys):
+    ids = repetitive_ids(60)
+    history = train(tiny_lm(), ids, steps=2, **{**TRAIN_KW, "progress": False})
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert len(history.train_loss) == 2
+    train(tiny_lm(), ids, steps=2, **{**TRAIN_KW, "progress": True})
+    assert "training" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"steps": 0}, "steps, batch_size and block_size must be positive"),
+        ({"batch_size": 0}, "steps, batch_size and block_size must be positive"),
+        ({"block_size": -1}, "steps, batch_size and block_size must be positive"),
+        ({"train_ids": torch.arange(8)}, r"train_ids has 8 tokens, fewer than block_size \+ 1 = 9"),
+        ({"val_ids": torch.arange(5)}, r"val_ids has 5 tokens"),
+        ({"train_ids": torch.zeros(2, 50, dtype=torch.long)}, "train_ids must be a 1-D tensor"),
+        ({"train_ids": torch.zeros(50)}, r"train_ids must be .*token ids.*float32"),
+        ({"val_ids": torch.zeros(50)}, r"val_ids must be .*token ids"),
+    ],
+)
+def test_train_rejects_bad_inputs(changes, match):
+    kwargs = {"train_ids": repetitive_ids(50), "val_ids": None, "steps": 2,
+              "batch_size": 2, "block_size": 8, "lr": 1e-2, "progress": False, **changes}
+    with pytest.raises(ValueError, match=match):
+        train(tiny_lm(), **kwargs)
+
+
+# ----------------------------------------------------------------------------- evaluate
+@pytest.mark.parametrize("V", [2, 7, 65])
+def test_evaluate_uniform_model_gives_ln_v(V):
+    ids = torch.randint(0, V, (103,), generator=gen(V))
+    for block_size, batch_size in [(1, 1), (8, 3), (10, 64), (500, 2)]:
+        loss = evaluate(Uniform(V), ids, block_size=block_size, batch_size=batch_size)
+        assert loss == pytest.approx(math.log(V), rel=1e-12)
+
+
+@pytest.mark.parametrize("N", [2, 3, 17, 40, 41])
+@pytest.mark.parametrize("block_size", [1, 3, 8, 39, 40, 64])
+@pytest.mark.parametrize("batch_size", [1, 2, 64])
+def test_evaluate_predicts_every_token_after_the_first_exactly_once(N, block_size, batch_size):
+    V = 6
+    table = random_table(V, seed=1)
+    ids = torch.randint(0, V, (N,), generator=gen(N))
+    model = Bigram(table)
+    loss = evaluate(model, ids, block_size=block_size, batch_size=batch_size)
+    assert loss == pytest.approx(bigram_loss(table, ids), rel=1e-12)
+    # the windows read, in order, are ids[:-1], each at most block_size long
+    assert all(c.shape[1] <= block_size and c.shape[0] <= batch_size for c in model.calls)
+    assert torch.equal(torch.cat([c.reshape(-1) for c in model.calls]), ids[:-1])
+
+
+def test_evaluate_by_hand():
+    # p(next | prev) from a 2-token table: after 0, p(1) = 3/4; after 1, p(0) = p(1) = 1/2
+    table = torch.tensor([[0.0, math.log(3)], [0.0, 0.0]], dtype=torch.float64)
+    ids = torch.tensor([0, 1, 1, 0, 1])  # pairs 01 11 10 01
+    expected = (-math.log(3 / 4) * 2 - math.log(1 / 2) * 2) / 4
+    assert evaluate(Bigram(table), ids, block_size=3) == pytest.approx(expected, rel=1e-12)
+
+
+def test_evaluate_context_is_limited_to_block_size():
+    """A model that only gets its loss right with a long context: block_size matters."""
+
+    class CountsContext(nn.Module):
+        # predicts token 1 with certainty at positions t >= 2 of its window, else uniform
+        def forward(self, idx):
+            B, T = idx.shape
+            logits = torch.zeros(B, T, 2, dtype=torch.float64)
+            logits[:, 2:, 1] = 100.0
+            return logits
+
+    ids = torch.ones(13, dtype=torch.long)  # 12 predicted tokens, all 1
+    # block_size 3: windows predict 3 tokens each, the first two uniformly (ln 2)
+    assert evaluate(CountsContext(), ids, block_size=3) == pytest.approx(
+        8 * math.log(2) / 12, rel=1e-9)
+    assert evaluate(CountsContext(), ids, block_size=12) == pytest.approx(
+        2 * math.log(2) / 12, rel=1e-9)
+
+
+def test_evaluate_restores_the_mode_and_accepts_int32():
+    model = Bigram(random_table(4))
+    ids = torch.randint(0, 4, (30,), generator=gen(0))
+    model.train()
+    a = evaluate(model, ids, block_size=5)
+    assert model.training
+    model.eval()
+    b = evaluate(model, ids.int(), block_size=5)
+    assert not model.training and a == pytest.approx(b, rel=1e-12)
+
+
+def test_evaluate_rejects_bad_ids():
+    with pytest.raises(ValueError, match="1-D tensor of token ids"):
+        evaluate(Uniform(3), torch.zeros(2, 5, dtype=torch.long), block_size=4)
+    with pytest.raises(ValueError, match="ids has 1 tokens"):
+        evaluate(Uniform(3), torch.zeros(1, dtype=torch.long), block_size=4)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"block_size": 0}, "block_size"),
+                                          ({"block_size": -2}, "block_size"),
+                                          ({"batch_size": 0}, "batch_size")])
+def test_evaluate_rejects_bad_sizes(kwargs, name):
+    # currently: block_size=0 and batch_size=0 raise range()'s "arg 3 must not be zero",
+    # block_size < 0 a ZeroDivisionError (no window is read)
+    kwargs = {"block_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        evaluate(Uniform(3), torch.zeros(10, dtype=torch.long), **kwargs)
+
+
+# ----------------------------------------------------------------------------- generate
+def chain_table(V: int) -> torch.Tensor:
+    """After token i, token (i + 1) % V is by far the most likely."""
+    table = torch.zeros(V, V, dtype=torch.float64)
+    table[torch.arange(V), (torch.arange(V) + 1) % V] = 5.0
+    return table
+
+
+def greedy_by_hand(table, prompt, n):
+    out = prompt.clone()
+    for _ in range(n):
+        out = torch.cat([out, table[out[:, -1]].argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def test_generate_shape_and_prompt_kept():
+    model = Bigram(random_table(7))
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    out = generate(model, prompt, 5, generator=gen(0))
+    assert out.shape == (2, 8) and out.dtype == torch.int64
+    assert torch.equal(out[:, :3], prompt)
+    assert ((out >= 0) & (out < 7)).all()
+    assert torch.equal(generate(model, prompt, 0), prompt)
+
+
+def test_generate_temperature_zero_is_greedy_and_deterministic():
+    model = Bigram(chain_table(5))
+    out = generate(model, torch.tensor([[0], [3]]), 7, temperature=0)
+    assert out.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2], [3, 4, 0, 1, 2, 3, 4, 0]]
+    table = random_table(9, seed=4)
+    prompt = torch.tensor([[2, 5], [7, 7], [0, 1]])
+    a = generate(Bigram(table), prompt, 12, temperature=0.0)
+    torch.manual_seed(123)  # the global RNG plays no part
+    b = generate(Bigram(table), prompt, 12, temperature=0.0)
+    assert torch.equal(a, b)
+    assert torch.equal(a, greedy_by_hand(table, prompt, 12))
+
+
+def test_generate_top_k_one_equals_greedy():
+    table = random_table(9, seed=5)
+    prompt = torch.tensor([[3], [8]])
+    greedy = greedy_by_hand(table, prompt, 10)
+    assert torch.equal(generate(Bigram(table), prompt, 10, top_k=1, generator=gen(0)), greedy)
+    assert torch.equal(generate(Bigram(table), prompt, 10, top_k=1, temperature=3.0,
+                                generator=gen(1)), greedy)
+
+
+def test_generate_top_k_samples_only_among_the_k_best():
+    table = random_table(10, seed=6)
+    top3 = table.topk(3, dim=-1).indices  # (V, 3)
+    out = generate(Bigram(table), torch.zeros(50, 1, dtype=torch.long), 20, top_k=3,
+                   temperature=2.0, generator=gen(0))
+    for prev, nxt in zip(out[:, :-1].reshape(-1).tolist(), out[:, 1:].reshape(-1).tolist(),
+                         strict=True):
+        assert nxt in top3[prev].tolist()
+    assert len(set(out[:, 1].tolist())) == 3  # and all three do get sampled
+
+
+def test_generate_seeded_generator_is_reproducible():
+    model = Bigram(torch.zeros(50, 50, dtype=torch.float64))  # uniform
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+    a = generate(model, prompt, 30, generator=gen(42))
+    b = generate(model, prompt, 30, generator=gen(42))
+    c = generate(model, prompt, 30, generator=gen(43))
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_generate_temperature_rescales_the_distribution():
+    # p = (1/4, 3/4); at temperature 2, p is proportional to (1, sqrt 3)
+    table = torch.tensor([[0.0, math.log(3)]] * 2, dtype=torch.float64)
+    prompt = torch.zeros(20_000, 1, dtype=torch.long)
+    share = generate(Bigram(table), prompt, 1, generator=gen(0))[:, 1].double().mean().item()
+    assert share == pytest.approx(0.75, abs=0.015)
+    share_t2 = generate(Bigram(table), prompt, 1, temperature=2.0,
+                        generator=gen(0))[:, 1].double().mean().item()
+    assert share_t2 == pytest.approx(math.sqrt(3) / (1 + math.sqrt(3)), abs=0.015)
+
+
+def test_generate_block_size_crops_the_context():
+    model = Bigram(chain_table(6))
+    generate(model, torch.zeros(1, 3, dtype=torch.long), 5, block_size=4, temperature=0)
+    assert [c.shape[1] for c in model.calls] == [3, 4, 4, 4, 4]
+    model.calls.clear()
+    generate(model, torch.zeros(1, 3, dtype=torch.long), 4, temperature=0)
+    assert [c.shape[1] for c in model.calls] == [3, 4, 5, 6]  # no limit: everything
+    # the model's own block_size attribute is the default; an explicit one wins
+    model.calls.clear()
+    model.block_size = 2
+    out = generate(model, torch.tensor([[1, 2, 3]]), 3, temperature=0)
+    assert [c.shape[1] for c in model.calls] == [2, 2, 2]
+    assert [c[0].tolist() for c in model.calls] == [[2, 3], [3, 4], [4, 5]]  # the latest tokens
+    assert out.tolist() == [[1, 2, 3, 4, 5, 0]]
+    model.calls.clear()
+    generate(model, torch.tensor([[1, 2, 3]]), 2, temperature=0, block_size=5)
+    assert [c.shape[1] for c in model.calls] == [3, 4]
+
+
+def test_generate_restores_the_mode():
+    model = Bigram(chain_table(3))
+    model.train()
+    generate(model, torch.zeros(1, 1, dtype=torch.long), 2, generator=gen(0))
+    assert model.training
+    model.eval()
+    generate(model, torch.zeros(1, 1, dtype=torch.long), 2, generator=gen(0))
+    assert not model.training
+
+
+def test_generate_with_an_rnnlm():
+    torch.manual_seed(0)
+    lm = RNNLM(11, 8, 16)
+    out = generate(lm, torch.tensor([[1, 2]]), 6, temperature=0)
+    assert out.shape == (1, 8)
+    # greedy: each new token is the argmax of the model's logits on the sequence so far
+    for t in range(2, 8):
+        assert out[0, t].item() == lm(out[:, :t])[0, -1].argmax().item()
+
+
+def test_generate_rejects_bad_arguments():
+    model = Bigram(chain_table(3))
+    with pytest.raises(ValueError, match=r"temperature must be >= 0, got -0.5"):
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 2, temperature=-0.5)
+    with pytest.raises(ValueError, match=r"idx must be \(B, T\) with T >= 1, got \(4,\)"):
+        generate(model, torch.zeros(4, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"idx must be \(B, T\).*\(2, 0\)"):
+        generate(model, torch.zeros(2, 0, dtype=torch.long), 2)
+
+
+@pytest.mark.parametrize("top_k", [0, -1])
+def test_generate_rejects_a_bad_top_k(top_k):
+    # currently: torch.topk raises a RuntimeError (k=-1) or the mask fails to broadcast (k=0)
+    model = Bigram(chain_table(3))
+    with pytest.raises(ValueError, match="top_k"):
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 2, top_k=top_k)
+
+
+def test_cross_entropy_of_toy_models_agrees_with_torch():
+    """The hand-computed bigram loss used above is torch's cross-entropy."""
+    table = random_table(5, seed=9)
+    ids = torch.randint(0, 5, (40,), generator=gen(9))
+    logits = table[ids[:-1]]
+    assert bigram_loss(table, ids) == pytest.approx(
+        F.cross_entropy(logits, ids[1:]).item(), rel=1e-12)
