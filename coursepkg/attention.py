@@ -44,7 +44,21 @@ def weighted_average(
         ``(context, weights)``: context (B, Dv) = sum_s weights[b, s] * values[b, s];
         weights (B, S), non-negative, summing to 1 over S.
     """
+    if values.dim() != 3 or values.shape[:2] != scores.shape:
+        raise ValueError(
+            f"expected scores (B, S) and values (B, S, Dv), got {tuple(scores.shape)} and "
+            f"{tuple(values.shape)}"
+        )
     if mask is not None:
+        try:
+            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                f"{tuple(scores.shape)}"
+            )
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, S)
     context = (weights.unsqueeze(1) @ values).squeeze(1)  # (B, 1, S) @ (B, S, Dv) -> (B, Dv)
@@ -70,7 +84,8 @@ def attend(
     Returns:
         ``(context, weights)``: context (B, Dv), weights (B, S) summing to 1 over S.
     """
-    if query.dim() != 2 or keys.dim() != 3 or query.shape[-1] != keys.shape[-1]:
+    if (query.dim() != 2 or keys.dim() != 3 or query.shape[-1] != keys.shape[-1]
+            or query.shape[0] != keys.shape[0]):
         raise ValueError(
             f"expected query (B, D) and keys (B, S, D), got {tuple(query.shape)} and "
             f"{tuple(keys.shape)}"
@@ -199,11 +214,13 @@ class Seq2Seq(nn.Module):
             summary (B, 2 Hs) the forward state at the last real token and the backward
             state at the first; mask (B, S) True on real tokens.
         """
-        states, _ = self.encoder(self.src_embed(src))  # (B, S, 2 Hs)
+        # With lengths, the right-to-left direction starts at each row's last real token.
+        states, _ = self.encoder(self.src_embed(src), lengths=src_lengths)  # (B, S, 2 Hs)
         forward_last = pool(states[..., : self.d_hidden], src_lengths, "last")  # (B, Hs)
         backward_first = states[:, 0, self.d_hidden :]  # (B, Hs)
         summary = torch.cat([forward_last, backward_first], dim=-1)  # (B, 2 Hs)
-        mask = torch.arange(src.shape[1])[None, :] < src_lengths[:, None]  # (B, S)
+        positions = torch.arange(src.shape[1], device=src.device)  # (S,)
+        mask = positions[None, :] < src_lengths[:, None]  # (B, S)
         return states, summary, mask
 
     def _context(

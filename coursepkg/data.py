@@ -372,6 +372,8 @@ class SeqCodec:
             ids = ids.tolist()
         out = []
         for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i!r} is not in 0..{self.vocab_size - 1}")
             if i == self.EOS:
                 break
             if i in (self.PAD, self.BOS):

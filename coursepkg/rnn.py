@@ -225,6 +225,18 @@ class _Recurrent(nn.Module):
                 f"expected {name} of shape (layers*dirs, B, Hs) = {expected}, got {tuple(s.shape)}"
             )
 
+    def _real_steps(self, x: Tensor, lengths: Tensor | None) -> Tensor | None:
+        """(B, T) True on the real (non-padding) steps of each row, or None for no padding."""
+        if lengths is None:
+            return None
+        B, T, _ = x.shape
+        lengths = torch.as_tensor(lengths, device=x.device)
+        if lengths.shape != (B,) or bool((lengths < 1).any()) or bool((lengths > T).any()):
+            raise ValueError(
+                f"lengths must be {B} integers between 1 and T={T}, got {lengths.tolist()}"
+            )
+        return torch.arange(T, device=x.device)[None, :] < lengths[:, None]  # (B, T)
+
     def _run(
         self,
         x: Tensor,
@@ -281,12 +293,18 @@ class ElmanRNN(_Recurrent):
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bidirectional, bias)
 
-    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, h0: Tensor | None = None, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Read the whole sequence.
 
         Args:
             x: (B, T, I) inputs, batch first.
             h0: (L * dirs, B, Hs) initial hidden states, zeros when None.
+            lengths: (B,) real steps per row of a right-padded batch (None: no padding).
+                A padding step leaves the state unchanged, so h_n is the state at the
+                row's last real step and the reverse direction starts there, as with
+                torch's packed sequences.
 
         Returns:
             ``(out, h_n)``: out (B, T, dirs * Hs) the top layer's hidden state at every step
@@ -297,12 +315,14 @@ class ElmanRNN(_Recurrent):
         if h0 is None:
             h0 = x.new_zeros(self.num_layers * self.num_directions, x.shape[0], self.hidden_size)
         self._check_state("h0", h0, x)
+        real = self._real_steps(x, lengths)  # (B, T) or None
 
         def scan(inp: Tensor, s0: tuple[Tensor, ...], params: tuple, reverse: bool):
             (h,) = s0  # (B, Hs)
             outs: list[Tensor] = [h] * inp.shape[1]
             for t in _time_order(inp.shape[1], reverse):
-                h = elman_step(inp[:, t], h, *params, nonlinearity=self.nonlinearity)
+                h_t = elman_step(inp[:, t], h, *params, nonlinearity=self.nonlinearity)
+                h = h_t if real is None else torch.where(real[:, t, None], h_t, h)
                 outs[t] = h
             return torch.stack(outs, dim=1), (h,)  # (B, T, Hs)
 
@@ -327,13 +347,18 @@ class LSTM(_Recurrent):
     _gate_count = 4
 
     def forward(
-        self, x: Tensor, state: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        state: tuple[Tensor, Tensor] | None = None,
+        lengths: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Read the whole sequence.
 
         Args:
             x: (B, T, I) inputs, batch first.
             state: ``(h0, c0)``, each (L * dirs, B, Hs); zeros when None.
+            lengths: (B,) real steps per row of a right-padded batch (None: no padding);
+                padding steps leave the state unchanged, as with torch's packed sequences.
 
         Returns:
             ``(out, (h_n, c_n))``: out (B, T, dirs * Hs) the top layer's h_t at every step;
@@ -348,12 +373,17 @@ class LSTM(_Recurrent):
             raise ValueError("state must be a pair (h0, c0)")
         self._check_state("h0", state[0], x)
         self._check_state("c0", state[1], x)
+        real = self._real_steps(x, lengths)  # (B, T) or None
 
         def scan(inp: Tensor, s0: tuple[Tensor, ...], params: tuple, reverse: bool):
             h, c = s0  # each (B, Hs)
             outs: list[Tensor] = [h] * inp.shape[1]
             for t in _time_order(inp.shape[1], reverse):
-                h, c = lstm_step(inp[:, t], (h, c), *params)
+                h_t, c_t = lstm_step(inp[:, t], (h, c), *params)
+                if real is not None:  # a padding step keeps the previous state
+                    h_t = torch.where(real[:, t, None], h_t, h)
+                    c_t = torch.where(real[:, t, None], c_t, c)
+                h, c = h_t, c_t
                 outs[t] = h
             return torch.stack(outs, dim=1), (h, c)  # (B, T, Hs)
 

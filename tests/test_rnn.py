@@ -117,6 +117,49 @@ def test_parity_float64(kind, num_layers, bidirectional, with_state):
 
 
 @pytest.mark.parametrize("kind", ["rnn", "lstm"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_padded_batch_equals_torch_packed_sequences(kind, num_layers, bidirectional):
+    """With ``lengths``, real steps and final states equal torch's packed-sequence results,
+    gradients included; padding values never matter."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    B, T, n_in, Hs = 4, 6, 3, 5
+    ref, ours = make_pair(kind, n_in, Hs, num_layers=num_layers, bidirectional=bidirectional)
+    lengths = torch.tensor([6, 2, 4, 1])
+    real = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    x = randn(B, T, n_in, seed=3).masked_fill(~real[..., None], 1e3).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+
+    packed_out, ref_state = ref(
+        pack_padded_sequence(x_ref, lengths, batch_first=True, enforce_sorted=False)
+    )
+    ref_out, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=T)
+    out, state = ours(x, lengths=lengths)
+    ref_finals = ref_state if kind == "lstm" else (ref_state,)
+    finals = state if kind == "lstm" else (state,)
+    torch.testing.assert_close(out[real], ref_out[real])
+    for ours_final, ref_final in zip(finals, ref_finals, strict=True):
+        torch.testing.assert_close(ours_final, ref_final)
+
+    loss = lambda o, fs: (o[real] ** 2).sum() + sum((f**3).sum() for f in fs)  # noqa: E731
+    loss(out, finals).backward()
+    loss(ref_out, ref_finals).backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    assert x.grad[~real].abs().max() == 0  # padding gets no gradient
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, dict(ref.named_parameters())[name].grad, msg=name)
+
+
+def test_bad_lengths_are_rejected():
+    rnn = LSTM(3, 4)
+    with pytest.raises(ValueError, match="lengths must be 2 integers between 1 and T=5"):
+        rnn(torch.zeros(2, 5, 3), lengths=torch.tensor([5, 0]))
+    with pytest.raises(ValueError, match="lengths"):
+        ElmanRNN(3, 4)(torch.zeros(2, 5, 3), lengths=torch.tensor([6, 1]))
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm"])
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_parity_float32_default_tolerances(kind, bidirectional):
     B, T, n_in, Hs = 4, 7, 5, 8
