@@ -808,7 +808,8 @@ def test_check_always_equal_object_and_list_instead_of_dict(capsys):
 
 def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
     out = _check_output(capsys, "9.9", stub)
-    assert out == "check(): there is no task '9.9'. The tasks are: 1.1, 1.2, 1.3, 1.4.\n"
+    assert out == f"check(): there is no task '9.9'. The tasks are: {', '.join(core.TASKS)}.\n"
+    assert out.startswith("check(): there is no task '9.9'. The tasks are: 1.1, 1.2, 1.3, 1.4")
 
     def broken_build(args):
         raise RuntimeError("boom")

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import nbformat
+
 from coursepkg.grading.demo import PLANTED, write_demo
 from coursepkg.grading.grader import grade
 from coursepkg.grading.sandbox import Limits
@@ -37,3 +39,101 @@ def test_demo_batch_solution_full_untouched_zero_mistakes_partial(tmp_path):
                 assert task["status"] == "passed", (student, task["func_name"])
         feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
         assert HINTS[student] in feedback, student
+
+
+# SERIAL: the chapter-2 tests grade with one job. With two, the grader's threads can parse two
+# notebooks at once, and CPython 3.11's ast module is not thread-safe (intermittent "SystemError:
+# AST constructor recursion depth mismatch" from submission.extract_code, which fails the batch).
+
+# Chapter 2: student -> (the tasks the planted mistake costs, words their feedback must hold).
+# A wrong elman_step also costs run_rnn, which calls it; the feedback of run_rnn says so.
+EXPECTED_02 = {
+    "ada-forgets-the-bias": (
+        {"elman_step", "run_rnn"}, ["Add the biases", "The loop is right but the step is not"]
+    ),
+    "ben-feeds-h0-every-step": ({"run_rnn"}, ["instead of passing h0 to every step"]),
+    "cy-textbook-gate-order": ({"lstm_step"}, ["torch's order i, f, g, o"]),
+    "dee-pools-the-padding": (
+        {"pool_outputs"}, ["not T - 1", "Padding is included in your mean",
+                           "Padding is included in your max"]
+    ),
+}
+
+
+def test_demo_batch_of_chapter_2_grades_end_to_end(tmp_path):
+    assert set(EXPECTED_02) == set(PLANTED["02_rnn"])
+    write_demo("02_rnn", ROOT, tmp_path / "subs")
+    rows = grade(
+        "02_rnn",
+        [tmp_path / "subs"],
+        tmp_path / "out",
+        jobs=1,  # see SERIAL below
+        limits=Limits(timeout=20),
+        progress=False,
+    )
+    records = {found.student: record for found, record in rows}
+    assert set(records) == {"sol-full-marks", "ed-untouched", *PLANTED["02_rnn"]}
+    solution = records["sol-full-marks"]["tasks"]
+    assert [t["func_name"] for t in solution] == [
+        "elman_step", "run_rnn", "lstm_step", "pool_outputs"
+    ]
+    assert all(t["status"] == "passed" for t in solution)
+    assert sum(t["points"] for t in solution) == sum(t["max_points"] for t in solution) == 30
+    assert {t["status"] for t in records["ed-untouched"]["tasks"]} == {"not attempted"}
+    assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
+    gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    assert gradebook[0].startswith("student,file,2.1 elman_step,2.2 run_rnn,")
+    assert "ed-untouched,ed-untouched.ipynb,0,0,0,0,0,30,not attempted" in gradebook
+    assert "sol-full-marks,sol-full-marks.ipynb,7,7,8,8,30,30,passed" in gradebook
+    for student, (costs, words) in EXPECTED_02.items():
+        for task in records[student]["tasks"]:
+            if task["func_name"] in costs:
+                assert 0 <= task["points"] < task["max_points"], (student, task["func_name"])
+                assert task["status"] in ("partial", "failed"), (student, task["func_name"])
+            else:
+                assert task["status"] == "passed", (student, task["func_name"])
+        feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
+        for word in words:
+            assert word in feedback, (student, word)
+
+
+CHAPTER_2_SHORTCUTS = '''
+import torch
+from coursepkg.rnn import elman_step
+
+
+def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    model = torch.nn.RNN(x.shape[-1], h0.shape[-1], batch_first=True).to(x.dtype)
+    with torch.no_grad():
+        for name, value in zip(["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"],
+                               [weight_ih, weight_hh, bias_ih, bias_hh]):
+            getattr(model, name).copy_(value)
+        out, h_n = model(x, h0[None])
+    return out, h_n[0]
+
+
+def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
+    return torch._VF.lstm_cell(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh)
+
+
+def pool_outputs(out, lengths, how):  # allowed: tensor methods such as split
+    rows = []
+    for row, n in zip(out.split(1), lengths.tolist()):
+        real = row[0, :n]
+        rows.append({"last": real[-1], "mean": real.mean(0), "max": real.amax(0)}[how])
+    return torch.stack(rows)
+'''
+
+
+def test_chapter_2_library_shortcuts_are_refused_task_by_task(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(CHAPTER_2_SHORTCUTS)]
+    nbformat.write(nb, tmp_path / "shortcuts.ipynb")
+    rows = grade("02_rnn", [tmp_path / "shortcuts.ipynb"], tmp_path / "out", jobs=1,
+                 limits=Limits(timeout=20), progress=False)
+    tasks = {t["func_name"]: t for t in rows[0][1]["tasks"]}
+    for func_name, called in [("elman_step", "reference solution of task 2.1"),
+                              ("run_rnn", "torch.nn.RNN"), ("lstm_step", "torch.lstm_cell")]:
+        assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
+        assert called in tasks[func_name]["cases"][0]["message"], func_name
+    assert tasks["pool_outputs"]["status"] == "passed"

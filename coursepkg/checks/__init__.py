@@ -13,7 +13,10 @@ Tasks register themselves when their chapter module is imported; every chapter m
 imported here, so :data:`TASKS` is complete after ``import coursepkg.checks``.
 """
 
-from coursepkg.checks import ch01_ngrams  # noqa: F401 - registers the chapter 1 tasks
+from coursepkg.checks import (
+    ch01_ngrams,  # noqa: F401 - registers the chapter 1 tasks
+    ch02_rnn,  # noqa: F401 - registers the chapter 2 tasks
+)
 from coursepkg.checks.core import (
     STATUSES,
     TASKS,

@@ -57,7 +57,46 @@ def perplexity(model, sentences):
     return math.exp(-log_sum / count)
 """,
         ),
-    }
+    },
+    "02_rnn": {
+        # A wrong step also costs task 2.2, whose loop calls it: the feedback says so.
+        "ada-forgets-the-bias": (
+            "elman_step",
+            """def elman_step(x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh):
+    return torch.tanh(x_t @ weight_ih.T + h_prev @ weight_hh.T)  # no bias_ih, no bias_hh
+""",
+        ),
+        "ben-feeds-h0-every-step": (
+            "run_rnn",
+            """def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    states = []
+    for t in range(x.shape[1]):
+        h = elman_step(x[:, t], h0, weight_ih, weight_hh, bias_ih, bias_hh)  # always h0
+        states.append(h)
+    return torch.stack(states, dim=1), h
+""",
+        ),
+        "cy-textbook-gate-order": (
+            "lstm_step",
+            """def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
+    h_prev, c_prev = state
+    pre = x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh
+    i, f, o, g = pre.chunk(4, dim=-1)  # the textbook's order, not torch's i, f, g, o
+    c_t = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c_t), c_t
+""",
+        ),
+        "dee-pools-the-padding": (
+            "pool_outputs",
+            """def pool_outputs(out, lengths, how):
+    if how == "last":
+        return out[:, -1]  # position T - 1, padding or not
+    if how == "mean":
+        return out.mean(dim=1)  # padding included
+    return out.amax(dim=1)  # padding included
+""",
+        ),
+    },
 }
 
 

@@ -1,0 +1,960 @@
+"""Chapter 2 tasks (``02_rnn``): an Elman step, an RNN over a sequence, an LSTM step, pooling.
+
+The conventions are those of :mod:`coursepkg.rnn`, which are torch's (``torch.nn.RNN`` and
+``torch.nn.LSTM`` with ``batch_first=True``): tensors are batch first; a weight matrix has one row
+per output unit, so the products are ``x_t @ weight_ih.T``; the LSTM stacks its four gates in the
+order i, f, g, o. The references are the package's own tested functions.
+
+A case's ``args`` hold a seed, sizes and a dtype name; ``build_args`` draws the tensors from a
+seeded ``torch.Generator``, so the grader's worker and its trusted process build the same inputs.
+A returned tensor becomes the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``.
+The judges compare shapes first (naming the known shape mistakes: time-major outputs, outputs
+not collected, ...), then dtypes, then values within the dtype's tolerance, and recognise known
+wrong implementations by recomputing each one from the case's inputs.
+
+Shape letters: B batch, T time steps, I input features, Hs hidden units, F features.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from coursepkg import rnn
+from coursepkg.checks.core import Case, CheckError, Task, Verdict, register
+
+ASSIGNMENT = "02_rnn"
+
+# The package's recurrent code, torch's recurrent modules and their fused kernels do the whole
+# task; a student must write the arithmetic.
+_NO_RECURRENT_LIBRARIES = (
+    "coursepkg.rnn",
+    "coursepkg.checks",
+    "torch.nn.RNN",
+    "torch.nn.LSTM",
+    "torch.nn.GRU",
+    "torch.nn.RNNCell",
+    "torch.nn.LSTMCell",
+    "torch.nn.GRUCell",
+    "torch.rnn_tanh",
+    "torch.rnn_relu",
+    "torch.rnn_tanh_cell",
+    "torch.rnn_relu_cell",
+    "torch.lstm",
+    "torch.lstm_cell",
+)
+_NO_POOLING_LIBRARIES = ("coursepkg.rnn", "coursepkg.checks")
+
+#: (rtol, atol) of value comparisons per dtype: the defaults of torch.testing.assert_close.
+TOLERANCE = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+# --------------------------------------------------------------------------------------------
+# Hints shared by the tasks
+# --------------------------------------------------------------------------------------------
+
+HINT_DTYPE = (
+    "Keep the dtype of the inputs (float32 or float64): create any new tensor with the inputs' "
+    "dtype (x.new_zeros(...), torch.zeros(..., dtype=x.dtype)) and do not convert the result."
+)
+HINT_NOT_FINITE = (
+    "The result holds NaN or infinite values: look for a division by zero or an overflow."
+)
+HINT_WRONG_TYPE = "Return torch tensors, computed with torch operations on the whole batch."
+HINT_NO_BIAS = (
+    "Add the biases: the pre-activation is x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T "
+    "+ bias_hh. Without them every unit's threshold is stuck at 0."
+)
+HINT_ONE_BIAS = (
+    "Add both biases, bias_ih AND bias_hh (torch keeps one per matrix product): one of them is "
+    "missing from your pre-activation."
+)
+HINT_TRANSPOSE = (
+    "Multiply by the transposed weights: a weight matrix has one row per hidden unit "
+    "(weight_ih is (Hs, I), weight_hh is (Hs, Hs)), so the products are x_t @ weight_ih.T and "
+    "h_prev @ weight_hh.T."
+)
+HINT_WEIGHTS_SWAPPED = (
+    "weight_ih multiplies the input x_t and weight_hh the previous state h_prev, not the other "
+    "way round."
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Drawing the inputs of a case (all from a seeded generator)
+# --------------------------------------------------------------------------------------------
+
+
+def _generator(args: dict) -> tuple[torch.Generator, torch.dtype]:
+    return torch.Generator().manual_seed(int(args["seed"])), _DTYPES[args["dtype"]]
+
+
+def _normal(gen: torch.Generator, shape: tuple[int, ...], scale: float, dtype) -> Tensor:
+    """Standard normal values times ``scale``, drawn in float64 then cast (same draws per dtype)."""
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def _cell_parameters(
+    gen: torch.Generator, gates: int, n_in: int, Hs: int, dtype
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(weight_ih (gates Hs, I), weight_hh (gates Hs, Hs), bias_ih, bias_hh)``.
+
+    Scaled so that the pre-activations are of order 1: the nonlinearities then bend them
+    clearly, and every known mistake changes the result far beyond the tolerance.
+    """
+    weight_ih = _normal(gen, (gates * Hs, n_in), 1 / math.sqrt(n_in), dtype)
+    weight_hh = _normal(gen, (gates * Hs, Hs), 1 / math.sqrt(Hs), dtype)
+    bias_ih = _normal(gen, (gates * Hs,), 0.5, dtype)
+    bias_hh = _normal(gen, (gates * Hs,), 0.5, dtype)
+    return weight_ih, weight_hh, bias_ih, bias_hh
+
+
+def _state(gen: torch.Generator, shape: tuple[int, ...], kind: str, dtype, scale: float = 1.0):
+    """A hidden state: ``"random"`` (tanh of normal values, as an RNN's states are) or zeros."""
+    values = torch.tanh(_normal(gen, shape, scale, dtype))
+    return values if kind == "random" else torch.zeros_like(values)
+
+
+# --------------------------------------------------------------------------------------------
+# Plain values: tensors and pairs of tensors
+# --------------------------------------------------------------------------------------------
+
+
+def _tensor_plain(value: object, name: str) -> dict:
+    """A returned tensor -> ``{"shape", "dtype", "data"}``; CheckError for anything else."""
+    if isinstance(value, tuple) and hasattr(value, "values") and hasattr(value, "indices"):
+        raise CheckError(
+            f"expected {name} as a tensor, got torch.return_types.{type(value).__name__}, a pair "
+            "(values, indices): keep its .values"
+        )
+    if not isinstance(value, torch.Tensor):
+        raise CheckError(f"expected {name} as a torch.Tensor, got {type(value).__name__}")
+    if not value.is_floating_point():
+        raise CheckError(f"expected {name} as a floating-point tensor, got dtype {value.dtype}")
+    value = value.detach().to("cpu")
+    return {
+        "shape": list(value.shape),
+        "dtype": str(value.dtype).removeprefix("torch."),
+        "data": value.reshape(-1).tolist(),
+    }
+
+
+def _pair_plain(value: object, names: tuple[str, str]) -> list[dict]:
+    """A returned pair of tensors -> a list of two plain tensors; CheckError for anything else."""
+    if isinstance(value, torch.Tensor) or not isinstance(value, tuple | list) or len(value) != 2:
+        if isinstance(value, tuple | list):
+            got = f"a {type(value).__name__} of {len(value)}"
+        else:
+            got = type(value).__name__
+        raise CheckError(f"expected a pair ({names[0]}, {names[1]}), got {got}")
+    return [_tensor_plain(part, name) for part, name in zip(value, names, strict=True)]
+
+
+def _decode(plain: object) -> tuple[tuple[int, ...], str, Tensor]:
+    """A plain tensor -> (shape, dtype name, float64 values); ValueError if it is malformed."""
+    if type(plain) is not dict or set(plain) != {"shape", "dtype", "data"}:
+        raise ValueError("not a plain tensor")
+    shape, dtype, data = plain["shape"], plain["dtype"], plain["data"]
+    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError("bad shape")
+    if type(dtype) is not str or type(data) is not list or len(data) != math.prod(shape):
+        raise ValueError("bad data")
+    if not all(type(v) in (int, float) for v in data):
+        raise ValueError("bad values")
+    return tuple(shape), dtype, torch.tensor(data, dtype=torch.float64).reshape(shape)
+
+
+def _matches(got: Tensor, expected: Tensor, dtype: str) -> bool:
+    """Same shape, finite, and equal within the dtype's tolerance."""
+    if got.shape != expected.shape:
+        return False
+    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    got, expected = got.to(torch.float64), expected.to(torch.float64)
+    return bool(torch.isfinite(got).all()) and torch.allclose(got, expected, rtol=rtol, atol=atol)
+
+
+def _difference(name: str, got: Tensor, expected: Tensor, dtype: str) -> str:
+    """``"h_t[1, 3]: expected 0.415203, got 0.731452 (6 of 8 values differ)."``"""
+    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    gap = (got - expected).abs().nan_to_num(nan=math.inf)
+    flat = int(gap.reshape(-1).argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape))
+    bad = int((~torch.isclose(got, expected, rtol=rtol, atol=atol)).sum())
+    where = f"{name}[{', '.join(map(str, index))}]" if index else name
+    return (
+        f"{where}: expected {expected[index].item():.6g}, got {got[index].item():.6g} "
+        f"({bad} of {got.numel()} values differ)."
+    )
+
+
+Variant = tuple[str, Callable[[], Sequence[Tensor]], str]
+ShapeHint = Callable[[list[tuple[int, ...]], list[tuple[int, ...]], int], str]
+
+
+def _judge_parts(
+    got: list,
+    expected: list,
+    names: Sequence[str],
+    dtype: str,
+    variants: Callable[[], list[Variant]],
+    shape_hint: ShapeHint,
+    generic_hint: str,
+) -> Verdict:
+    """The verdict on one or more returned tensors.
+
+    Args:
+        got: the student's plain tensors, one per returned part.
+        expected: the reference's plain tensors.
+        names: the parts' names, for messages (``("outputs", "h_T")``).
+        dtype: the case's dtype name, which sets the tolerance.
+        variants: a function returning the known mistakes, most specific first, as (hint,
+            compute, note): ``compute()`` recomputes the mistake's parts (it may raise, e.g. on
+            shapes that do not fit: then it is skipped); ``note`` is added to the detail.
+        shape_hint: ``(got_shapes, expected_shapes, index of the first wrong one) -> hint``.
+        generic_hint: the hint when no known mistake matches.
+    """
+    got_parts = [_decode(part) for part in got]
+    expected_parts = [_decode(part) for part in expected]
+    if len(got_parts) != len(expected_parts):
+        raise ValueError("wrong number of parts")
+    got_shapes = [shape for shape, _, _ in got_parts]
+    expected_shapes = [shape for shape, _, _ in expected_parts]
+    for k, name in enumerate(names):
+        if got_shapes[k] != expected_shapes[k]:
+            detail = f"Expected {name} of shape {expected_shapes[k]}, got {got_shapes[k]}."
+            return Verdict(False, shape_hint(got_shapes, expected_shapes, k), detail)
+    for name, (_, got_dtype, _), (_, want, _) in zip(names, got_parts, expected_parts, strict=True):
+        if got_dtype != want:
+            return Verdict(False, HINT_DTYPE, f"Expected {name} of dtype torch.{want}, "
+                                              f"got torch.{got_dtype}.")
+    for name, (_, _, values) in zip(names, got_parts, strict=True):
+        if not bool(torch.isfinite(values).all()):
+            return Verdict(False, HINT_NOT_FINITE, f"{name} holds NaN or infinite values.")
+    pairs = [(name, g[2], e[2]) for name, g, e in zip(names, got_parts, expected_parts,
+                                                       strict=True)]
+    wrong = [(name, g, e) for name, g, e in pairs if not _matches(g, e, dtype)]
+    if not wrong:
+        return Verdict(True)
+    detail = _difference(*wrong[0], dtype)
+    for hint, compute, note in variants():
+        try:
+            parts = list(compute())
+        except (RuntimeError, ValueError, IndexError, ArithmeticError):
+            continue
+        if len(parts) == len(pairs) and all(
+            _matches(g, part, dtype) for (_, g, _), part in zip(pairs, parts, strict=True)
+        ):
+            return Verdict(False, hint, f"{note} {detail}" if note else detail)
+    return Verdict(False, generic_hint, detail)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 2.1 elman_step
+# --------------------------------------------------------------------------------------------
+
+HINT_NO_TANH = (
+    "Apply tanh to the pre-activation: without a nonlinearity an RNN is a linear map of its "
+    "inputs, however many steps it takes."
+)
+HINT_TANH_PARTIAL = (
+    "Apply tanh once, to the whole sum: tanh(x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T "
+    "+ bias_hh). Your tanh covers only part of it (e.g. only the recurrent term) and the rest "
+    "is added outside."
+)
+HINT_TANH_ON_INPUT = (
+    "tanh goes around the sum, after the matrix products, not on the inputs before them: "
+    "multiply x_t as given by weight_ih.T, add h_prev @ weight_hh.T and the biases, then take "
+    "tanh of the total."
+)
+HINT_OTHER_NONLINEARITY = (
+    "The Elman RNN here uses torch.tanh, not sigmoid or ReLU: tanh keeps h_t in (-1, 1), "
+    "centred on 0."
+)
+HINT_ELMAN_SHAPE = (
+    "h_t has the shape of h_prev, (B, Hs): one row per sequence of the batch, one column per "
+    "hidden unit. Multiply x_t @ weight_ih.T, not weight_ih @ x_t.T."
+)
+HINT_ELMAN_GENERIC = (
+    "h_t = tanh(x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh), computed for the "
+    "whole batch at once."
+)
+
+_ElmanStep = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def _elman_mistakes() -> list[tuple[str, _ElmanStep]]:
+    """Known wrong Elman steps ``f(x, h, w_ih, w_hh, b_ih, b_hh)``, most specific first."""
+    tanh, sigmoid, relu = torch.tanh, torch.sigmoid, torch.relu
+    return [
+        (HINT_NO_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + h @ wh.T)),
+        (HINT_ONE_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi + h @ wh.T)),
+        (HINT_ONE_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + h @ wh.T + bh)),
+        (HINT_NO_TANH, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + h @ wh.T + bh),
+        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + tanh(h @ wh.T + bh)),
+        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + bh + tanh(h @ wh.T)),
+        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi) + h @ wh.T + bh),
+        (HINT_TANH_PARTIAL,
+         lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi) + tanh(h @ wh.T + bh)),
+        (HINT_TANH_ON_INPUT, lambda x, h, wi, wh, bi, bh: tanh(x) @ wi.T + bi + h @ wh.T + bh),
+        (HINT_TANH_ON_INPUT,
+         lambda x, h, wi, wh, bi, bh: tanh(x) @ wi.T + bi + tanh(h) @ wh.T + bh),
+        (HINT_TANH_ON_INPUT,
+         lambda x, h, wi, wh, bi, bh: tanh(tanh(x) @ wi.T + bi + h @ wh.T + bh)),
+        (HINT_OTHER_NONLINEARITY,
+         lambda x, h, wi, wh, bi, bh: sigmoid(x @ wi.T + bi + h @ wh.T + bh)),
+        (HINT_OTHER_NONLINEARITY,
+         lambda x, h, wi, wh, bi, bh: relu(x @ wi.T + bi + h @ wh.T + bh)),
+        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi + h @ wh + bh)),
+        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi + bi + h @ wh.T + bh)),
+        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi + bi + h @ wh + bh)),
+        (HINT_WEIGHTS_SWAPPED, lambda x, h, wi, wh, bi, bh: tanh(x @ wh.T + bi + h @ wi.T + bh)),
+    ]
+
+
+def _build_elman_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
+    x_t = _normal(gen, (B, n_in), 1.0, dtype)
+    h_prev = _state(gen, (B, Hs), args["h_prev"], dtype)
+    return (x_t, h_prev, *_cell_parameters(gen, 1, n_in, Hs, dtype))
+
+
+def _elman_to_plain(value: object) -> dict:
+    return _tensor_plain(value, "h_t")
+
+
+def _elman_shape_hint(got: list, expected: list, k: int) -> str:
+    return HINT_ELMAN_SHAPE
+
+
+def _judge_elman(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_elman_args(args)
+
+    def variants() -> list[Variant]:
+        return [(hint, lambda f=f: (f(*inputs),), "") for hint, f in _elman_mistakes()]
+
+    return _judge_parts([got], [expected], ("h_t",), args["dtype"], variants,
+                        _elman_shape_hint, HINT_ELMAN_GENERIC)
+
+
+def _elman_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, h_prev: str = "random",
+                dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": B, "I": n_in, "Hs": Hs, "h_prev": h_prev, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_ELMAN_CASES = (
+    _elman_case("a batch of 2, 3 inputs, 4 hidden units", 201, 2, 3, 4),
+    _elman_case("the first step: h_prev = 0", 202, 3, 2, 5, h_prev="zeros"),
+    _elman_case("a batch of 4, 5 inputs, 3 hidden units", 203, 4, 5, 3),
+    _elman_case("hidden: float64", 211, 3, 4, 6, dtype="float64", hidden=True),
+    _elman_case("hidden: a batch of one, as many inputs as hidden units", 212, 1, 3, 3,
+                hidden=True),
+    _elman_case("hidden: one hidden unit", 213, 3, 2, 1, hidden=True),
+    _elman_case("hidden: larger sizes", 214, 8, 10, 16, hidden=True),
+)
+
+_ELMAN_ERROR_HINTS = {
+    "RuntimeError": "A tensor operation failed, most often because shapes do not fit: x_t is "
+    "(B, I), h_prev (B, Hs), weight_ih (Hs, I), weight_hh (Hs, Hs), so the products are "
+    "x_t @ weight_ih.T and h_prev @ weight_hh.T.",
+    "CheckError": HINT_WRONG_TYPE,
+}
+
+register(
+    Task(
+        id="2.1",
+        assignment=ASSIGNMENT,
+        func_name="elman_step",
+        title="One step of an Elman RNN",
+        cases=_ELMAN_CASES,
+        build_args=_build_elman_args,
+        reference=rnn.elman_step,
+        to_plain=_elman_to_plain,
+        judge=_judge_elman,
+        forbidden=_NO_RECURRENT_LIBRARIES,
+        error_hints=_ELMAN_ERROR_HINTS,
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 2.2 run_rnn
+# --------------------------------------------------------------------------------------------
+
+HINT_H0_REUSED = (
+    "Each step must start from the state the previous step returned: update h inside the loop "
+    "(h = elman_step(x[:, t], h, ...)) instead of passing h0 to every step."
+)
+HINT_H0_IGNORED = (
+    "Start from the given initial state h0, not from zeros: h0 is the state before the first "
+    "input (it may carry what an earlier chunk of text left)."
+)
+HINT_OUTPUTS_SHIFTED = (
+    "outputs[:, t] is the state AFTER reading x[:, t]: keep the state the step returns, not the "
+    "one it started from (h0 is not an output)."
+)
+HINT_H_T = (
+    "h_T is the state after the last step, the same as outputs[:, -1]: return the final h, not "
+    "h0 or the first output."
+)
+HINT_REVERSED = (
+    "Read the sequence left to right, t = 0, 1, ..., T - 1, and keep each state at its own "
+    "position t."
+)
+HINT_SAME_INPUT = "Step t reads the input at time t, x[:, t]: your steps all read the same input."
+HINT_TIME_MAJOR = (
+    "outputs must be batch first, (B, T, Hs): stack the states along dim=1 "
+    "(torch.stack(states, dim=1)); stacking along dim=0 gives (T, B, Hs)."
+)
+HINT_OUTPUTS_NOT_COLLECTED = (
+    "outputs holds the hidden state after EVERY step, (B, T, Hs): keep h after each step in a "
+    "list and stack the list along dim=1. The last state alone is h_T."
+)
+HINT_OUTPUTS_WITH_H0 = (
+    "outputs has one state per input, T in all: leave out h0, the state before the first input."
+)
+HINT_H_T_SHAPE = (
+    "h_T is one state per sequence, (B, Hs) like h0, without the leading layer dimension that "
+    "torch.nn.RNN adds."
+)
+HINT_RUN_ORDER = "Return the pair in the order (outputs, h_T)."
+HINT_RUN_SHAPE = (
+    "Return (outputs, h_T): outputs (B, T, Hs), the state after every step, batch first; h_T "
+    "(B, Hs), the state after the last step."
+)
+HINT_STEP_WRONG = (
+    "The loop is right but the step is not: your outputs are those of an RNN whose step has a "
+    "mistake. Make elman_step pass task 2.1, then call it here."
+)
+HINT_RUN_GENERIC = (
+    "Loop over time: start from h = h0; for t in range(T): h = elman_step(x[:, t], h, ...) and "
+    "keep each h. Return torch.stack(kept, dim=1) and the last h."
+)
+
+
+def _build_run_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["I"]), int(args["Hs"])
+    x = _normal(gen, (B, T, n_in), 1.0, dtype)
+    h0 = _state(gen, (B, Hs), args["h0"], dtype)
+    return (x, h0, *_cell_parameters(gen, 1, n_in, Hs, dtype))
+
+
+def run_rnn(
+    x: Tensor, h0: Tensor, weight_ih: Tensor, weight_hh: Tensor, bias_ih: Tensor, bias_hh: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Task 2.2's reference: :class:`coursepkg.rnn.ElmanRNN` with the given parameters.
+
+    Args:
+        x: (B, T, I) inputs; h0: (B, Hs) initial state; the parameters as in ``elman_step``.
+
+    Returns:
+        ``(outputs (B, T, Hs), h_T (B, Hs))``.
+    """
+    n_in, Hs = x.shape[-1], h0.shape[-1]
+    with torch.random.fork_rng(devices=[]):  # its random initialisation is overwritten anyway
+        model = rnn.ElmanRNN(n_in, Hs).to(x.dtype)
+    model.load_state_dict({"weight_ih_l0": weight_ih, "weight_hh_l0": weight_hh,
+                           "bias_ih_l0": bias_ih, "bias_hh_l0": bias_hh})
+    with torch.no_grad():
+        outputs, h_n = model(x, h0.unsqueeze(0))  # (B, T, Hs), (1, B, Hs)
+    return outputs, h_n[0]
+
+
+def _run_to_plain(value: object) -> list[dict]:
+    return _pair_plain(value, ("outputs", "h_T"))
+
+
+def _scan(x: Tensor, h0: Tensor, step: Callable[[Tensor, Tensor], Tensor], *,
+          times: Sequence[int] | None = None, reuse_h0: bool = False, same_input: bool = False,
+          ) -> tuple[list[Tensor], Tensor]:
+    """Run ``step`` over time the way a loop (possibly a wrong one) does.
+
+    Returns:
+        the state computed at each time (in time order, or in ``times`` order) and the last one.
+    """
+    T = x.shape[1]
+    h = h0
+    states = []
+    for t in range(T) if times is None else times:
+        h = step(x[:, 0 if same_input else t], h0 if reuse_h0 else h)
+        states.append(h)
+    return states, h
+
+
+def _run_variants(inputs: tuple) -> list[Variant]:
+    x, h0, wi, wh, bi, bh = inputs
+    T = x.shape[1]
+
+    def step(x_t: Tensor, h: Tensor) -> Tensor:
+        return rnn.elman_step(x_t, h, wi, wh, bi, bh)
+
+    def stacked(states: list[Tensor]) -> Tensor:
+        return torch.stack(states, dim=1)  # (B, T, Hs)
+
+    def reused() -> tuple[Tensor, Tensor]:
+        states, last = _scan(x, h0, step, reuse_h0=True)
+        return stacked(states), last
+
+    def from_zeros() -> tuple[Tensor, Tensor]:
+        states, last = _scan(x, torch.zeros_like(h0), step)
+        return stacked(states), last
+
+    def shifted() -> tuple[Tensor, Tensor]:
+        states, last = _scan(x, h0, step)
+        return stacked([h0, *states[:-1]]), last
+
+    def final_is(which: str) -> Callable[[], tuple[Tensor, Tensor]]:
+        def compute() -> tuple[Tensor, Tensor]:
+            states, _ = _scan(x, h0, step)
+            return stacked(states), h0 if which == "h0" else states[0]
+        return compute
+
+    def reversed_time(kept_in_place: bool) -> Callable[[], tuple[Tensor, Tensor]]:
+        def compute() -> tuple[Tensor, Tensor]:
+            states, last = _scan(x, h0, step, times=range(T - 1, -1, -1))
+            return stacked(states[::-1] if kept_in_place else states), last
+        return compute
+
+    def same_input() -> tuple[Tensor, Tensor]:
+        states, last = _scan(x, h0, step, same_input=True)
+        return stacked(states), last
+
+    variants: list[Variant] = [
+        (HINT_H0_REUSED, reused, ""),
+        (HINT_H0_IGNORED, from_zeros, ""),
+        (HINT_OUTPUTS_SHIFTED, shifted, ""),
+        (HINT_H_T, final_is("h0"), ""),
+        (HINT_H_T, final_is("first"), ""),
+        (HINT_REVERSED, reversed_time(True), ""),
+        (HINT_REVERSED, reversed_time(False), ""),
+        (HINT_SAME_INPUT, same_input, ""),
+    ]
+    for hint, wrong_step in _elman_mistakes():
+
+        def compute(wrong_step: _ElmanStep = wrong_step) -> tuple[Tensor, Tensor]:
+            states, last = _scan(x, h0, lambda x_t, h: wrong_step(x_t, h, wi, wh, bi, bh))
+            return stacked(states), last
+
+        variants.append((f"{HINT_STEP_WRONG} {hint}", compute, ""))
+    return variants
+
+
+def _run_shape_hint(got: list, expected: list, k: int) -> str:
+    (B, T, Hs), _ = expected
+    if got[0] == (B, Hs) and got[1] == (B, T, Hs):
+        return HINT_RUN_ORDER
+    if k == 0:
+        if got[0] == (T, B, Hs):
+            return HINT_TIME_MAJOR
+        if got[0] == (B, Hs):
+            return HINT_OUTPUTS_NOT_COLLECTED
+        if got[0] in ((B, T + 1, Hs), (T + 1, B, Hs)):
+            return HINT_OUTPUTS_WITH_H0
+    elif got[1] == (1, B, Hs):
+        return HINT_H_T_SHAPE
+    return HINT_RUN_SHAPE
+
+
+def _judge_run(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_run_args(args)
+    return _judge_parts(list(got), list(expected), ("outputs", "h_T"), args["dtype"],
+                        lambda: _run_variants(inputs), _run_shape_hint, HINT_RUN_GENERIC)
+
+
+def _run_case(name: str, seed: int, B: int, T: int, n_in: int, Hs: int, *, h0: str = "random",
+              dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": B, "T": T, "I": n_in, "Hs": Hs, "h0": h0, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_RUN_CASES = (
+    _run_case("2 sequences of 5 steps, 3 inputs, 4 hidden units, random h0", 221, 2, 5, 3, 4),
+    _run_case("3 sequences of 4 steps from h0 = 0", 222, 3, 4, 2, 5, h0="zeros"),
+    _run_case("4 sequences of 7 steps, 2 hidden units", 223, 4, 7, 3, 2),
+    _run_case("hidden: one time step", 231, 2, 1, 3, 4, hidden=True),
+    _run_case("hidden: float64", 232, 3, 6, 4, 5, dtype="float64", hidden=True),
+    _run_case("hidden: a batch of one", 233, 1, 5, 2, 3, hidden=True),
+    _run_case("hidden: a long sequence", 234, 2, 20, 3, 6, hidden=True),
+)
+
+register(
+    Task(
+        id="2.2",
+        assignment=ASSIGNMENT,
+        func_name="run_rnn",
+        title="Run an Elman RNN over a batch of sequences",
+        cases=_RUN_CASES,
+        build_args=_build_run_args,
+        reference=run_rnn,
+        to_plain=_run_to_plain,
+        judge=_judge_run,
+        forbidden=_NO_RECURRENT_LIBRARIES,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "x is (B, T, I), batch first, so the input at time t is x[:, t], (B, I); h0 is "
+            "(B, Hs).",
+            "IndexError": "An index ran past the end: x is (B, T, I), so loop over "
+            "t in range(x.shape[1]) and read x[:, t].",
+            "NameError": "A name is not defined: call your elman_step from task 2.1 (run its "
+            "cell first).",
+            "CheckError": "Return a pair (outputs, h_T) of tensors.",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 2.3 lstm_step
+# --------------------------------------------------------------------------------------------
+
+HINT_GATE_ORDER = (
+    "The rows of the weights and biases hold the gates in torch's order i, f, g, o (input, "
+    "forget, candidate, output): split the pre-activations with .chunk(4, dim=-1) and name the "
+    "pieces in that order (some textbooks use i, f, o, g)."
+)
+HINT_C_FROM_H = (
+    "The cell update keeps part of the previous CELL state: c_t = f * c_prev + i * g, with "
+    "c_prev, not h_prev."
+)
+HINT_NO_TANH_C = (
+    "The output squashes the new cell state: h_t = o * tanh(c_t); you used c_t without tanh."
+)
+HINT_OLD_C = (
+    "h_t uses the NEW cell state: first c_t = f * c_prev + i * g, then h_t = o * tanh(c_t), not "
+    "tanh(c_prev)."
+)
+HINT_GATE_NONLINEARITY = (
+    "The gates i, f and o are fractions in (0, 1), so they use torch.sigmoid; the candidate g is "
+    "a value in (-1, 1) and uses torch.tanh."
+)
+HINT_STATE_ORDER = "Return (h_t, c_t) in that order: the hidden state first, then the cell state."
+HINT_NO_INPUT_GATE = (
+    "The candidate g enters the cell scaled by the input gate: c_t = f * c_prev + i * g."
+)
+HINT_NO_FORGET_GATE = "The old cell state is scaled by the forget gate: c_t = f * c_prev + i * g."
+HINT_FORGET_MEANING = (
+    "f is the fraction of c_prev to KEEP (f near 1 keeps it all): c_t = f * c_prev + i * g, not "
+    "(1 - f) * c_prev + ..."
+)
+HINT_GATES_NOT_SPLIT = (
+    "The pre-activations are (B, 4 Hs), the four gates side by side: split them into i, f, g, o "
+    "with .chunk(4, dim=-1); h_t and c_t are each (B, Hs)."
+)
+HINT_LSTM_SHAPE = "Return (h_t, c_t), each (B, Hs) like h_prev and c_prev."
+HINT_LSTM_GENERIC = (
+    "i, f, g, o = (x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh).chunk(4, "
+    "dim=-1); sigmoid on i, f, o and tanh on g; c_t = f * c_prev + i * g; h_t = o * tanh(c_t)."
+)
+
+
+def _build_lstm_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
+    x_t = _normal(gen, (B, n_in), 1.0, dtype)
+    h_prev = _state(gen, (B, Hs), args["state"], dtype)
+    # cell states are not squashed: c_scale > 1 gives values beyond (-1, 1)
+    c_prev = _normal(gen, (B, Hs), float(args["c_scale"]), dtype)
+    if args["state"] == "zeros":
+        c_prev = torch.zeros_like(c_prev)
+    return (x_t, (h_prev, c_prev), *_cell_parameters(gen, 4, n_in, Hs, dtype))
+
+
+def _lstm_to_plain(value: object) -> list[dict]:
+    return _pair_plain(value, ("h_t", "c_t"))
+
+
+def _lstm_variants(inputs: tuple) -> list[Variant]:
+    x, (h, c), wi, wh, bi, bh = inputs
+    sig, tanh = torch.sigmoid, torch.tanh
+
+    products = x @ wi.T + h @ wh.T  # (B, 4 Hs)
+
+    def chunks(with_ih: bool = True, with_hh: bool = True) -> tuple[Tensor, ...]:
+        pre = products + bi if with_ih else products
+        pre = pre + bh if with_hh else pre
+        return pre.chunk(4, dim=-1)  # each (B, Hs)
+
+    def lstm(*, order: str = "ifgo", acts: str = "ssts", cell: str = "f*c+i*g", out: str = "tanh",
+             bias: tuple[bool, bool] = (True, True), swap: bool = False):
+        def compute() -> tuple[Tensor, Tensor]:
+            pieces = dict(zip(order, chunks(*bias), strict=True))
+            act = {"s": sig, "t": tanh}
+            i, f, g, o = (act[a](pieces[k]) for k, a in zip("ifgo", acts, strict=True))
+            c_t = {
+                "f*c+i*g": lambda: f * c + i * g,
+                "f*h+i*g": lambda: f * h + i * g,
+                "f*c+g": lambda: f * c + g,
+                "c+i*g": lambda: c + i * g,
+                "(1-f)*c+i*g": lambda: (1 - f) * c + i * g,
+            }[cell]()
+            h_t = {"tanh": lambda: o * tanh(c_t), "none": lambda: o * c_t,
+                   "old": lambda: o * tanh(c)}[out]()
+            return (c_t, h_t) if swap else (h_t, c_t)
+        return compute
+
+    variants: list[Variant] = []
+    for perm in itertools.permutations("ifgo"):
+        order = "".join(perm)
+        if order != "ifgo":
+            note = f"Your result matches the gate order {', '.join(order)}."
+            variants.append((HINT_GATE_ORDER, lstm(order=order), note))
+    variants += [
+        (HINT_C_FROM_H, lstm(cell="f*h+i*g"), ""),
+        (HINT_NO_TANH_C, lstm(out="none"), ""),
+        (HINT_OLD_C, lstm(out="old"), ""),
+        (HINT_STATE_ORDER, lstm(swap=True), ""),
+        (HINT_NO_INPUT_GATE, lstm(cell="f*c+g"), ""),
+        (HINT_NO_FORGET_GATE, lstm(cell="c+i*g"), ""),
+        (HINT_FORGET_MEANING, lstm(cell="(1-f)*c+i*g"), ""),
+        (HINT_NO_BIAS, lstm(bias=(False, False)), ""),
+        (HINT_ONE_BIAS, lstm(bias=(True, False)), ""),
+        (HINT_ONE_BIAS, lstm(bias=(False, True)), ""),
+    ]
+    for acts in ("ssss", "tttt", "ttst", "sstt"):
+        variants.append((HINT_GATE_NONLINEARITY, lstm(acts=acts), ""))
+    return variants
+
+
+def _lstm_shape_hint(got: list, expected: list, k: int) -> str:
+    B, Hs = expected[0]
+    if got[k] == (B, 4 * Hs):
+        return HINT_GATES_NOT_SPLIT
+    return HINT_LSTM_SHAPE
+
+
+def _judge_lstm(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_lstm_args(args)
+    return _judge_parts(list(got), list(expected), ("h_t", "c_t"), args["dtype"],
+                        lambda: _lstm_variants(inputs), _lstm_shape_hint, HINT_LSTM_GENERIC)
+
+
+def _lstm_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, state: str = "random",
+               c_scale: float = 1.0, dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": B, "I": n_in, "Hs": Hs, "state": state, "c_scale": c_scale,
+            "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_LSTM_CASES = (
+    _lstm_case("a batch of 2, 3 inputs, 4 hidden units", 241, 2, 3, 4),
+    _lstm_case("the first step: h_prev = c_prev = 0", 242, 3, 2, 3, state="zeros"),
+    _lstm_case("a large cell state (|c_prev| > 1)", 243, 3, 5, 2, c_scale=3.0),
+    _lstm_case("a batch of 4, 3 inputs, 6 hidden units", 244, 4, 3, 6),
+    _lstm_case("hidden: float64", 251, 3, 4, 5, dtype="float64", hidden=True),
+    _lstm_case("hidden: a batch of one", 252, 1, 3, 3, hidden=True),
+    _lstm_case("hidden: one hidden unit", 253, 4, 2, 1, c_scale=2.0, hidden=True),
+    _lstm_case("hidden: larger sizes", 254, 8, 10, 16, hidden=True),
+)
+
+register(
+    Task(
+        id="2.3",
+        assignment=ASSIGNMENT,
+        func_name="lstm_step",
+        title="One step of an LSTM (torch's gate order i, f, g, o)",
+        cases=_LSTM_CASES,
+        build_args=_build_lstm_args,
+        reference=rnn.lstm_step,
+        to_plain=_lstm_to_plain,
+        judge=_judge_lstm,
+        forbidden=_NO_RECURRENT_LIBRARIES,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "x_t is (B, I), h_prev and c_prev (B, Hs), weight_ih (4 Hs, I), weight_hh (4 Hs, "
+            "Hs), so the products are x_t @ weight_ih.T and h_prev @ weight_hh.T, each (B, 4 Hs).",
+            "ValueError": "Unpacking failed: state is the pair (h_prev, c_prev), and "
+            ".chunk(4, dim=-1) of the (B, 4 Hs) pre-activations gives the four gates.",
+            "CheckError": "Return a pair (h_t, c_t) of tensors.",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 2.4 pool_outputs
+# --------------------------------------------------------------------------------------------
+
+HINT_LAST_AT_T = (
+    "In a padded row the last REAL output is at position lengths[b] - 1, not T - 1: the "
+    "positions after it hold the outputs of padding. Index out[torch.arange(B), lengths - 1]."
+)
+HINT_LAST_OFF_BY_ONE = (
+    "Positions count from 0: the last real output of row b is at lengths[b] - 1, not lengths[b]."
+)
+HINT_LAST_FIRST = (
+    '"last" is the output at the last real position, lengths[b] - 1, not at the first one.'
+)
+HINT_LAST_INDEXING = (
+    "out[:, lengths - 1] takes those positions in every row, (B, B, F): pair each row with its "
+    "own position, out[torch.arange(B), lengths - 1]."
+)
+HINT_MEAN_PADDING = (
+    "Padding is included in your mean: average each row over its real positions only (the sum "
+    "of out[b, :lengths[b]] divided by lengths[b]); a (B, T) mask arange(T) < lengths[:, None] "
+    "does it for the whole batch."
+)
+HINT_MEAN_DENOMINATOR = (
+    "Divide each row's sum by its own length, lengths[b], not by T: padded positions are not "
+    "part of the sequence."
+)
+HINT_MEAN_NOT_DIVIDED = "That is the sum over the real positions: divide it by lengths[b]."
+HINT_MAX_PADDING = (
+    'Padding is included in your max: set the padded positions to float("-inf") before the max '
+    "over time, so that they can never win."
+)
+HINT_MAX_ZERO_FILL = (
+    'Fill the padded positions with float("-inf"), not 0: outputs can be negative, and then a 0 '
+    "from the padding beats every real value."
+)
+HINT_MASK_OFF_BY_ONE = (
+    "Row b's real positions are 0, 1, ..., lengths[b] - 1: the mask is arange(T) < "
+    "lengths[:, None], strictly less."
+)
+HINT_WRONG_MODE = (
+    'That is another pooling than the one asked: how="last" takes the last real output, "mean" '
+    'the mean over real positions, "max" the max over real positions.'
+)
+HINT_POOL_DIM = (
+    "Pool over time, dim=1 of out (B, T, F): the result is one vector of F features per "
+    "sequence, (B, F)."
+)
+HINT_POOL_KEEPDIM = "Drop the time dimension: the result is (B, F), not (B, 1, F)."
+HINT_POOL_SHAPE = "Return one vector per sequence, (B, F)."
+HINT_POOL_GENERIC = (
+    "Only positions t < lengths[b] of row b are real: last = out[b, lengths[b] - 1]; mean = sum "
+    "over real positions / lengths[b]; max = max over real positions (padding set to -inf)."
+)
+
+
+def _build_pool_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, T, F = int(args["B"]), int(args["T"]), int(args["F"])
+    # Outputs at every position, padding included: an RNN run over a padded batch computes
+    # states there too, and they are not zero.
+    out = torch.tanh(_normal(gen, (B, T, F), 1.5, dtype))
+    lengths = torch.tensor(args["lengths"], dtype=torch.long)
+    return out, lengths, str(args["how"])
+
+
+def pool_outputs(out: Tensor, lengths: Tensor, how: str) -> Tensor:
+    """Task 2.4's reference: :func:`coursepkg.rnn.pool`."""
+    return rnn.pool(out, lengths, how)
+
+
+def _pool_to_plain(value: object) -> dict:
+    return _tensor_plain(value, "the pooled tensor")
+
+
+def _pool_variants(inputs: tuple) -> list[Variant]:
+    out, lengths, how = inputs
+    B, T, _ = out.shape
+    rows = torch.arange(B)
+    real = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    real_plus = torch.arange(T)[None, :] <= lengths[:, None]  # one position too many
+    weights = real[..., None].to(out.dtype)  # (B, T, 1)
+    total = (out * weights).sum(dim=1)  # (B, F)
+    n = lengths[:, None].to(out.dtype)  # (B, 1)
+
+    def masked_max(mask: Tensor, fill: float) -> Tensor:
+        return out.masked_fill(~mask[..., None], fill).amax(dim=1)
+
+    variants: list[Variant] = []
+    if how == "last":
+        variants += [
+            (HINT_LAST_AT_T, lambda: (out[:, -1],), ""),
+            (HINT_LAST_OFF_BY_ONE, lambda: (out[rows, lengths.clamp(max=T - 1)],), ""),
+            (HINT_LAST_FIRST, lambda: (out[:, 0],), ""),
+        ]
+    elif how == "mean":
+        variants += [
+            (HINT_MEAN_PADDING, lambda: (out.mean(dim=1),), ""),
+            (HINT_MEAN_PADDING, lambda: (out.sum(dim=1) / n,), ""),
+            (HINT_MEAN_DENOMINATOR, lambda: (total / T,), ""),
+            (HINT_MEAN_NOT_DIVIDED, lambda: (total,), ""),
+            (HINT_MASK_OFF_BY_ONE,
+             lambda: ((out * real_plus[..., None].to(out.dtype)).sum(dim=1) / n,), ""),
+        ]
+    elif how == "max":
+        variants += [
+            (HINT_MAX_PADDING, lambda: (out.amax(dim=1),), ""),
+            (HINT_MAX_ZERO_FILL, lambda: (masked_max(real, 0.0),), ""),
+            (HINT_MASK_OFF_BY_ONE, lambda: (masked_max(real_plus, float("-inf")),), ""),
+        ]
+    for other in ("last", "mean", "max"):
+        if other != how:
+            variants.append((HINT_WRONG_MODE, lambda other=other: (rnn.pool(out, lengths, other),),
+                             f'Your result is the "{other}" pooling.'))
+    return variants
+
+
+def _pool_shape_hint(got: list, expected: list, k: int) -> str:
+    B, F = expected[0]
+    shape = got[0]
+    if len(shape) == 2 and shape[0] == B:
+        return HINT_POOL_DIM  # (B, T): pooled over the features
+    if shape == (B, 1, F):
+        return HINT_POOL_KEEPDIM
+    if shape == (B, B, F):
+        return HINT_LAST_INDEXING
+    if len(shape) == 2 and shape[1] == F:
+        return HINT_POOL_DIM  # (T, F): pooled over the batch
+    return HINT_POOL_SHAPE
+
+
+def _judge_pool(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_pool_args(args)
+    return _judge_parts([got], [expected], ("pooled",), args["dtype"],
+                        lambda: _pool_variants(inputs), _pool_shape_hint, HINT_POOL_GENERIC)
+
+
+def _pool_case(name: str, seed: int, how: str, lengths: list[int], T: int, F: int, *,
+               dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": len(lengths), "T": T, "F": F, "lengths": lengths, "how": how,
+            "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_POOL_CASES = (
+    _pool_case('how="last", lengths [3, 5, 2] padded to T = 5', 261, "last", [3, 5, 2], 5, 4),
+    _pool_case('how="last", no row at full length', 262, "last", [2, 4], 6, 3),
+    _pool_case('how="mean", lengths [2, 5, 1, 4] padded to T = 5', 263, "mean", [2, 5, 1, 4], 5,
+               3),
+    _pool_case('how="max", lengths [4, 1, 3] padded to T = 6', 264, "max", [4, 1, 3], 6, 5),
+    _pool_case("hidden: float64 mean", 271, "mean", [3, 7, 1], 7, 4, dtype="float64",
+               hidden=True),
+    _pool_case("hidden: max over a batch with short rows", 272, "max", [2, 1, 5, 2], 5, 6,
+               hidden=True),
+    _pool_case("hidden: one time step", 273, "last", [1, 1], 1, 3, hidden=True),
+    _pool_case("hidden: mean over a batch of one at full length", 274, "mean", [6], 6, 2,
+               hidden=True),
+)
+
+register(
+    Task(
+        id="2.4",
+        assignment=ASSIGNMENT,
+        func_name="pool_outputs",
+        title="Pool a padded batch of RNN outputs: last, mean or max over the real positions",
+        cases=_POOL_CASES,
+        build_args=_build_pool_args,
+        reference=pool_outputs,
+        to_plain=_pool_to_plain,
+        judge=_judge_pool,
+        forbidden=_NO_POOLING_LIBRARIES,
+        error_hints={
+            "IndexError": "An index ran past the end of the time axis: the last real output of "
+            "row b is at position lengths[b] - 1 (positions count from 0).",
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: a "
+            "(B, T) mask multiplies out (B, T, F) once it has a last axis, mask[..., None].",
+            "CheckError": "Return a (B, F) tensor (for max, out.max(dim=1) is a pair: take its "
+            ".values, or use amax).",
+        },
+    )
+)
