@@ -20,7 +20,7 @@ help:
 	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
-	@echo "make grade-demo grade a generated demo batch of chapter 1 submissions into grade-demo/"
+	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn ...)"
 	@echo "make clean      remove _build; make distclean also removes .venv"
 
 venv: $(STAMP)
@@ -59,9 +59,10 @@ exercises: $(STAMP)
 solutions: $(STAMP)
 	$(BIN)/coursepkg author --execute-solutions
 
+ASSIGNMENT ?= 01_ngrams
 grade-demo: $(STAMP)
 	rm -rf grade-demo
-	$(BIN)/coursepkg grade-demo 01_ngrams --dir grade-demo
+	$(BIN)/coursepkg grade-demo $(ASSIGNMENT) --dir grade-demo
 
 serve:
 	@test -f _build/html/index.html || { echo "No built book yet: run 'make book' first."; exit 1; }

@@ -75,6 +75,16 @@ HOSTILE = {
         "    return dict(Counter(g for x in s for g in ngrams(pad(x, n), n)))\n"
     ),
     "renamed": "def count_ngram(s, n):\n    return {}\n",
+    # a constant assignment that needs a dropped call's result is skipped, the rest is graded
+    "badconst": (
+        "import torch\nrnn = torch.nn.RNN(2, 3)\nparams = (rnn.weight_ih_l0, rnn.bias_ih_l0)\n"
+        "SCALE: float = undefined_name * 2\n" + GOOD_COUNT
+    ),
+    "badimport": "import not_a_module_of_this_course\n" + GOOD_COUNT,  # skipped likewise
+    "needsconst": (
+        "import torch\nrnn = torch.nn.RNN(2, 3)\nparams = (rnn.weight_ih_l0,)\n"
+        "def count_ngrams(s, n):\n    return dict(params)\n"
+    ),
     "stdin": "def count_ngrams(s, n):\n    return {('a',): int(input('n? '))}\n",
     "network": (
         "import urllib.request\ndef count_ngrams(s, n):\n"
@@ -182,6 +192,9 @@ def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
         ("reference", "forbidden"),
         ("library", "forbidden"),
         ("renamed", "missing"),
+        ("badconst", "passed"),
+        ("badimport", "passed"),
+        ("needsconst", "error"),
         ("network", "error"),
         ("stdin", "error"),
         ("writer", "error"),

@@ -20,6 +20,7 @@ import ast
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,6 +186,11 @@ def _keep(node: ast.stmt) -> bool:
     return False
 
 
+# CPython 3.11's ast module is not thread-safe: two threads parsing at once (grading with
+# --jobs 2) can raise "SystemError: AST constructor recursion depth mismatch".
+_AST_LOCK = threading.Lock()
+
+
 def extract_code(cells: list[str]) -> tuple[str, list[str]]:
     """The module a submission's graded functions run in.
 
@@ -202,7 +208,8 @@ def extract_code(cells: list[str]) -> tuple[str, list[str]]:
         if source is None:
             continue
         try:
-            tree = ast.parse(source)
+            with _AST_LOCK:
+                tree = ast.parse(source)
         except (SyntaxError, ValueError) as exc:
             line = getattr(exc, "lineno", None)
             where = f" (line {line})" if line else ""
@@ -210,7 +217,8 @@ def extract_code(cells: list[str]) -> tuple[str, list[str]]:
             continue
         body = [node for node in tree.body if _keep(node)]
         if body:
-            kept.append(ast.unparse(ast.Module(body=body, type_ignores=[])))
+            with _AST_LOCK:
+                kept.append(ast.unparse(ast.Module(body=body, type_ignores=[])))
     return "\n\n".join(kept) + "\n", notes
 
 
