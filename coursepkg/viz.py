@@ -12,25 +12,45 @@ Chapter 1 (n-grams):
 - :func:`plot_perplexity_vs_n`: train and held-out perplexity against the order n.
 - :func:`ngram_explorer`: a widget to choose an order and a smoothing method, type a context and
   watch the next-word distribution change.
+
+Chapter 2 (RNNs and LSTMs):
+
+- :func:`plot_gradient_norms`: the size of a late loss's gradient against how far back it reaches.
+- :func:`plot_accuracy_vs_distance`: how well a model answers against how far back the evidence is.
+- :func:`plot_lstm_gates`: heatmaps of an LSTM's gates and states over a sequence.
+- :func:`plot_loss_curves`: training and held-out loss of language models, with baselines.
+- :func:`plot_similarity_matrix`: a matrix of cosine similarities between labelled vectors.
+- :func:`rnn_lm_states` and :func:`rnn_state_explorer`: a widget to type a text and step through
+  a recurrent language model's hidden state (or an LSTM's gates) and next-token predictions.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import ipywidgets as widgets
+import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 __all__ = [
     "LanguageModel",
     "NGramExplorer",
+    "RNNStateExplorer",
     "next_word_distribution",
     "ngram_explorer",
+    "plot_accuracy_vs_distance",
+    "plot_gradient_norms",
+    "plot_loss_curves",
+    "plot_lstm_gates",
     "plot_next_word_distribution",
     "plot_perplexity_vs_n",
+    "plot_similarity_matrix",
+    "rnn_lm_states",
+    "rnn_state_explorer",
 ]
 
 
@@ -290,3 +310,494 @@ def ngram_explorer(
         The widget; display it as the last expression of a notebook cell.
     """
     return NGramExplorer(models, context=context, tokenize=tokenize, top=top, joiner=joiner)
+
+
+# ------------------------------------------------------------------------ chapter 2: RNNs, LSTMs
+
+
+def plot_gradient_norms(
+    norms: Mapping[str, Sequence[float]],
+    ax: Axes | None = None,
+    *,
+    title: str = "Gradient of the last step's loss, against distance",
+    ylabel: str = "gradient norm (log scale)",
+) -> Axes:
+    """Gradient norms against the distance between a loss and what it is differentiated by.
+
+    Args:
+        norms: label -> norms, where ``norms[label][k]`` is measured ``k`` steps before the step
+            of the loss (index 0: the loss's own step). Values that are not positive (a
+            gradient that underflowed to 0) cannot be shown on a log axis and are left out.
+        ax: the axes to draw into; a new figure is made when None.
+        title: the axes title.
+        ylabel: the y axis label.
+
+    Returns:
+        The axes, with one line per label, a logarithmic y axis and a legend.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.0, 4.0), layout="constrained").subplots()
+    for index, (label, values) in enumerate(norms.items()):
+        y = np.asarray(values, dtype=float)
+        y = np.where(y > 0, y, np.nan)
+        ax.plot(np.arange(len(y)), y, color=f"C{index % 10}", label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("distance T - t (steps between the input and the loss)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_accuracy_vs_distance(
+    distances: Sequence[int],
+    curves: Mapping[str, Sequence[float]],
+    ax: Axes | None = None,
+    *,
+    references: Mapping[str, float] | None = None,
+    reference_label: str = "reference",
+    chance: float | None = 0.5,
+    ylabel: str = "accuracy at the last position",
+    title: str = "Accuracy against how far back the evidence is",
+) -> Axes:
+    """One line per model: a score (accuracy or probability) against a distance.
+
+    Args:
+        distances: the x values, e.g. how many steps before the end the only B is.
+        curves: label -> one value per distance, in [0, 1].
+        ax: the axes to draw into; a new figure is made when None.
+        references: label -> a single value drawn as a dotted horizontal line in the colour of
+            that label's curve (e.g. the accuracy on sequences without any B).
+        reference_label: what the reference lines show, for the legend.
+        chance: draw a thin grey line at this level (None: no line).
+        ylabel: the y axis label.
+        title: the axes title.
+
+    Returns:
+        The axes: one line per curve, one per reference, one for chance; y from 0 to 1.
+
+    Raises:
+        ValueError: if a curve does not have one value per distance, or a reference has no curve.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.0, 3.8), layout="constrained").subplots()
+    references = dict(references or {})
+    if set(references) - set(curves):
+        raise ValueError(f"references without a curve: {sorted(set(references) - set(curves))}")
+    for index, (label, values) in enumerate(curves.items()):
+        values = list(values)
+        if len(values) != len(distances):
+            raise ValueError(
+                f"curve {label!r} has {len(values)} values for {len(distances)} distances"
+            )
+        color = f"C{index % 10}"
+        ax.plot(list(distances), values, marker="o", markersize=3, color=color, label=label)
+        if label in references:
+            ax.axhline(references[label], color=color, linestyle=":",
+                       label=f"{label}, {reference_label}")
+    if chance is not None:
+        ax.axhline(chance, color="0.6", linewidth=0.8, label="chance")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("distance: steps from the only B to the end")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+_GATE_NAMES = {
+    "i": "i: input gate",
+    "f": "f: forget gate",
+    "g": "g: candidate",
+    "o": "o: output gate",
+    "c": "c: cell state",
+    "h": "h: hidden state",
+}
+
+
+def _token_label(token: str) -> str:
+    """A visible tick label for a character or word: newline and space get a symbol."""
+    return {"\n": "\u23ce", " ": "\u2423", "\t": "\u21e5"}.get(token, token)
+
+
+def _as_matrix(values: Any) -> np.ndarray:
+    """A (T, Hs) array from a tensor or array of shape (T, Hs) or (1, T, Hs)."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values, dtype=float)
+    if array.ndim == 3 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2:
+        raise ValueError(f"expected a (T, Hs) array of states, got shape {array.shape}")
+    return array
+
+
+def _heatmap(ax: Axes, matrix: np.ndarray, key: str, units: Sequence[int]) -> Any:
+    """Draw one quantity (T, Hs) of an RNN as units x time; returns the image for a colour bar."""
+    rows = matrix[:, list(units)].T  # (units, T)
+    if key in ("i", "f", "o"):
+        style = dict(cmap="viridis", vmin=0.0, vmax=1.0)
+    else:  # g, h in (-1, 1); c unbounded but symmetric around 0
+        bound = 1.0 if key in ("g", "h") else max(float(np.abs(rows).max(initial=0.0)), 1e-6)
+        style = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+    image = ax.imshow(rows, aspect="auto", interpolation="nearest", **style)
+    ax.set_yticks(range(len(units)), labels=[str(u) for u in units], fontsize=6)
+    ax.set_ylabel(_GATE_NAMES.get(key, key), fontsize=8)
+    return image
+
+
+def plot_lstm_gates(
+    trace: Mapping[str, Any],
+    tokens: Sequence[str],
+    *,
+    keys: Sequence[str] = ("i", "f", "g", "o", "c", "h"),
+    units: Sequence[int] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Heatmaps of an LSTM's gates and states while it reads a sequence.
+
+    Args:
+        trace: key -> (T, Hs) activations (or (1, T, Hs)), e.g. from
+            :meth:`coursepkg.rnn.LSTM.trace`; keys among ``i, f, g, o, c, h``.
+        tokens: the T input tokens, shown under the time axis.
+        keys: which quantities to draw, one row each, top to bottom.
+        units: which hidden units to show (rows of each heatmap); all when None.
+        title: the figure title.
+
+    Returns:
+        The figure: one heatmap per key (units x time), each with a colour bar beside it
+        (so ``2 * len(keys)`` axes). Gates use the range (0, 1); g and h (-1, 1); c is
+        centred on 0.
+
+    Raises:
+        ValueError: if a key is missing from ``trace`` or the lengths do not match ``tokens``.
+    """
+    missing = [k for k in keys if k not in trace]
+    if missing:
+        raise ValueError(f"trace has no {missing}; it has {sorted(trace)}")
+    matrices = {k: _as_matrix(trace[k]) for k in keys}
+    for key, matrix in matrices.items():
+        if matrix.shape[0] != len(tokens):
+            raise ValueError(
+                f"{key!r} covers {matrix.shape[0]} steps but {len(tokens)} tokens were given"
+            )
+    hidden = next(iter(matrices.values())).shape[1]
+    units = list(range(hidden)) if units is None else list(units)
+    height = 0.9 + len(keys) * (0.4 + 0.07 * len(units))
+    fig = Figure(figsize=(max(6.0, 0.16 * len(tokens) + 2.0), height), layout="constrained")
+    axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, key in zip(axes, keys, strict=True):
+        image = _heatmap(ax, matrices[key], key, units)
+        fig.colorbar(image, ax=ax, pad=0.01, fraction=0.03)
+    axes[-1].set_xticks(range(len(tokens)), labels=[_token_label(t) for t in tokens],
+                        fontsize=7)
+    axes[-1].set_xlabel("input token (time step)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    """The mean of the last ``window`` values at every position (fewer at the start)."""
+    y = np.asarray(values, dtype=float)
+    if window <= 1 or len(y) == 0:
+        return y
+    cumsum = np.concatenate([[0.0], np.cumsum(y)])
+    ends = np.arange(1, len(y) + 1)
+    starts = np.maximum(0, ends - window)
+    return (cumsum[ends] - cumsum[starts]) / (ends - starts)
+
+
+def plot_loss_curves(
+    histories: Mapping[str, Any],
+    baselines: Mapping[str, float] | None = None,
+    ax: Axes | None = None,
+    *,
+    smooth: int = 20,
+    title: str = "Training a language model",
+    ylabel: str = "loss (nats per token)",
+) -> Axes:
+    """Training and held-out loss against the step, with horizontal baselines.
+
+    Args:
+        histories: label -> a training history with ``steps``, ``train_loss``, ``val_steps``
+            and ``val_loss`` (e.g. :class:`coursepkg.lm.TrainHistory`).
+        baselines: label -> a loss drawn as a dashed horizontal line (e.g. an n-gram model's
+            held-out loss).
+        ax: the axes to draw into; a new figure is made when None.
+        smooth: the training loss is drawn faintly as measured and solid as a moving average
+            over this many steps.
+        title: the axes title.
+        ylabel: the y axis label.
+
+    Returns:
+        The axes. Per history: a faint raw line, a ``"<label>, train"`` line and, if it has
+        held-out losses, a ``"<label>, held-out"`` line with markers; one line per baseline.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.5, 4.0), layout="constrained").subplots()
+    for index, (label, history) in enumerate(histories.items()):
+        color = f"C{index % 10}"
+        steps = list(history.steps)
+        ax.plot(steps, list(history.train_loss), color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(steps, _moving_average(history.train_loss, smooth), color=color,
+                label=f"{label}, train")
+        if len(history.val_loss):
+            ax.plot(list(history.val_steps), list(history.val_loss), color=color,
+                    linestyle="--", marker="o", markersize=4, label=f"{label}, held-out")
+    for index, (label, value) in enumerate((baselines or {}).items()):
+        ax.axhline(value, color=f"C{(len(histories) + index) % 10}", linestyle=":",
+                   label=f"{label}: {value:.3f}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_similarity_matrix(
+    matrix: Any,
+    labels: Sequence[str],
+    ax: Axes | None = None,
+    *,
+    title: str = "Cosine similarity",
+) -> Axes:
+    """A labelled heatmap of a square similarity matrix, each cell annotated with its value.
+
+    Args:
+        matrix: (N, N) similarities in [-1, 1] (an array or a tensor).
+        labels: the N row (and column) labels.
+        ax: the axes to draw into; a new figure is made when None.
+        title: the axes title.
+
+    Returns:
+        The axes, with the row labels as y tick labels and numbered columns.
+
+    Raises:
+        ValueError: if the matrix is not N x N for N labels.
+    """
+    values = _as_matrix(matrix)
+    if values.shape != (len(labels), len(labels)):
+        raise ValueError(f"expected a {len(labels)} x {len(labels)} matrix, got {values.shape}")
+    if ax is None:
+        size = 1.2 + 0.45 * len(labels)
+        ax = Figure(figsize=(size + 3.5, size), layout="constrained").subplots()
+    ax.imshow(values, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
+    for row in range(len(labels)):
+        for col in range(len(labels)):
+            value = values[row, col]
+            ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if abs(value) > 0.6 else "black")
+    ax.set_yticks(range(len(labels)), labels=[f"{i + 1}. {t}" for i, t in enumerate(labels)],
+                  fontsize=8)
+    ax.set_xticks(range(len(labels)), labels=[str(i + 1) for i in range(len(labels))],
+                  fontsize=8)
+    ax.set_title(title)
+    return ax
+
+
+class _Distribution:
+    """A fixed next-token distribution, shaped like the models plot_next_word_distribution takes."""
+
+    def __init__(self, probs: Mapping[str, float]) -> None:
+        self.probs = dict(probs)
+        self.vocab = list(self.probs)
+
+    def prob(self, word: str, context: Sequence[str]) -> float:
+        return self.probs.get(word, 0.0)
+
+    def distribution(self, context: Sequence[str]) -> dict[str, float]:
+        return self.probs
+
+
+@torch.no_grad()
+def rnn_lm_states(model: torch.nn.Module, ids: Sequence[int]) -> tuple[dict, np.ndarray]:
+    """What a recurrent language model computes while it reads a sequence.
+
+    Args:
+        model: a :class:`coursepkg.rnn.RNNLM` (attributes ``embed``, ``rnn``, ``head``).
+        ids: the T >= 1 token ids.
+
+    Returns:
+        ``(states, probs)``: states maps ``"i", "f", "g", "o", "c", "h"`` (an LSTM, first
+        layer) or ``"h"`` (an Elman RNN, top layer) to (T, Hs) arrays; probs (T, V) is the
+        model's next-token distribution after each token.
+    """
+    idx = torch.as_tensor(list(ids), dtype=torch.long)[None]  # (1, T)
+    was_training = model.training
+    model.eval()
+    x = model.embed(idx)  # (1, T, E)
+    trace = getattr(model.rnn, "trace", None)
+    if callable(trace):
+        states = {key: value[0].numpy() for key, value in trace(x).items()}  # each (T, Hs)
+    else:
+        out, _ = model.rnn(x)  # (1, T, Hs)
+        states = {"h": out[0].numpy()}
+    probs = torch.softmax(model(idx)[0], dim=-1).numpy()  # (T, V)
+    model.train(was_training)
+    return states, probs
+
+
+class RNNStateExplorer(widgets.VBox):
+    """A widget: type a text, move a slider along it, see the RNN's state and its prediction.
+
+    Build it with :func:`rnn_state_explorer`. The top panel is a heatmap of one quantity (the
+    hidden state h, or an LSTM's cell state or gates) for the ``n_units`` units that vary most
+    over the text, with the current step framed; the bottom panel is the model's next-token
+    distribution after the current step. The controls are public attributes (``text``,
+    ``step``, ``quantity``); changing any of them redraws :attr:`figure` and :attr:`image`.
+
+    Attributes:
+        model: the recurrent language model.
+        figure: the matplotlib figure of the current state.
+        image: the image widget that shows ``figure``.
+        message: a text line under the plot (e.g. characters the model does not know).
+        tokens: the tokens of the current text (those the tokenizer knows).
+        states: quantity -> (T, Hs) array for the current text.
+        probs: (T, V) next-token probabilities for the current text.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        text: str = "",
+        quantity: str = "h",
+        n_units: int = 16,
+        top: int = 8,
+    ) -> None:
+        if n_units < 1 or top < 1:
+            raise ValueError("n_units and top must be positive")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.n_units = n_units
+        self.top = top
+        self.tokens: list[str] = []
+        self.states: dict[str, np.ndarray] = {}
+        self.probs = np.zeros((0, 0))
+        options = ["h", "c", "i", "f", "g", "o"] if callable(getattr(model.rnn, "trace", None)) \
+            else ["h"]
+        if quantity not in options:
+            raise ValueError(f"quantity must be one of {options}, got {quantity!r}")
+        self.text = widgets.Text(value=text, description="text", continuous_update=False,
+                                 placeholder="type some text",
+                                 layout=widgets.Layout(width="95%"))
+        self.step = widgets.IntSlider(value=0, min=0, max=0, description="step")
+        self.quantity = widgets.Dropdown(options=options, value=quantity, description="show")
+        self.figure = Figure(figsize=(7.5, 5.6), layout="constrained")
+        self.image = widgets.Image(format="png")
+        self.message = widgets.HTML()
+        self._reading = False  # True while a new text moves the slider: redraw once, at the end
+        self._read_text()
+        self.step.value = self.step.max
+        self.text.observe(self._on_text, names="value")
+        self.step.observe(self._on_change, names="value")
+        self.quantity.observe(self._on_change, names="value")
+        super().__init__([self.text, widgets.HBox([self.step, self.quantity]), self.image,
+                          self.message])
+        self.redraw()
+
+    def _read_text(self) -> None:
+        """Tokenize the text box and run the model over it."""
+        known = set(self.tokenizer.chars)
+        text = self.text.value
+        self.tokens = [c for c in text if c in known]
+        unknown = sorted({c for c in text if c not in known})
+        self.message.value = (
+            "Not in the vocabulary (left out): " + " ".join(repr(c) for c in unknown)
+            if unknown else ""
+        )
+        if self.tokens:
+            self.states, self.probs = rnn_lm_states(
+                self.model, self.tokenizer.encode("".join(self.tokens))
+            )
+        else:
+            self.states, self.probs = {}, np.zeros((0, 0))
+        last = max(0, len(self.tokens) - 1)
+        if self.step.value > last:
+            self.step.value = last  # before max shrinks, so the slider never rejects a value
+        self.step.max = last
+
+    def _on_text(self, _change: dict) -> None:
+        self._reading = True
+        try:
+            self._read_text()
+            self.step.value = self.step.max
+        finally:
+            self._reading = False
+        self.redraw()
+
+    def _on_change(self, _change: dict) -> None:
+        if not self._reading:
+            self.redraw()
+
+    def units(self) -> list[int]:
+        """The ``n_units`` units whose chosen quantity varies most over the text, by index."""
+        matrix = self.states[self.quantity.value]  # (T, Hs)
+        spread = matrix.std(axis=0) if len(matrix) > 1 else np.abs(matrix[0])
+        order = np.argsort(-spread, kind="stable")[: self.n_units]
+        return sorted(int(u) for u in order)
+
+    def redraw(self) -> Figure:
+        """Redraw the figure for the current controls and return it."""
+        self.figure.clear()
+        top_ax, bottom_ax = self.figure.subplots(
+            2, 1, gridspec_kw={"height_ratios": [1.3, 1.0]}
+        )
+        if not self.tokens:
+            for ax in (top_ax, bottom_ax):
+                ax.set_axis_off()
+            top_ax.set_title("type some text the model knows")
+        else:
+            t, key = self.step.value, self.quantity.value
+            units = self.units()
+            image = _heatmap(top_ax, self.states[key], key, units)
+            self.figure.colorbar(image, ax=top_ax, pad=0.01, fraction=0.03)
+            top_ax.add_patch(_step_frame(t, len(units)))
+            top_ax.set_xticks(range(len(self.tokens)),
+                              labels=[_token_label(c) for c in self.tokens], fontsize=7)
+            top_ax.set_title(f"{_GATE_NAMES.get(key, key)} after each token; step {t}: "
+                             f"{self.tokens[t]!r}", fontsize=9)
+            probs = dict(zip(self.tokenizer.chars, self.probs[t].tolist(), strict=True))
+            plot_next_word_distribution(
+                _Distribution(probs), self.tokens[: t + 1], self.top, bottom_ax, joiner="",
+                title=f"next token after: {_format_context(self.tokens[: t + 1], '')!r}",
+            )
+        self.image.value = _figure_png(self.figure)
+        return self.figure
+
+
+def _step_frame(t: int, rows: int) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((t - 0.5, -0.5), 1.0, rows, fill=False, edgecolor="black", linewidth=1.5)
+
+
+def rnn_state_explorer(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    *,
+    text: str = "",
+    quantity: str = "h",
+    n_units: int = 16,
+    top: int = 8,
+) -> RNNStateExplorer:
+    """An interactive view of a character-level recurrent language model reading a text.
+
+    Args:
+        model: a :class:`coursepkg.rnn.RNNLM` (with an LSTM, every gate can be shown).
+        tokenizer: its :class:`coursepkg.data.CharTokenizer` (attributes ``chars``, ``encode``).
+        text: the initial text; the slider starts at its last character.
+        quantity: ``"h"``, or for an LSTM also ``"c", "i", "f", "g", "o"``.
+        n_units: how many hidden units the heatmap shows (those that vary most over the text).
+        top: how many next-token bars to draw.
+
+    Returns:
+        The widget; display it as the last expression of a notebook cell.
+    """
+    return RNNStateExplorer(model, tokenizer, text=text, quantity=quantity, n_units=n_units,
+                            top=top)

@@ -17,9 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
-CHAPTER = BUILD / "book" / "01_ngrams.html"
-PAGES = ["index.html", "book/preface.html", "book/notation.html", "book/01_ngrams.html",
-         "book/references.html"]
+CHAPTERS = ["01_ngrams", "02_rnn"]
+PAGES = ["index.html", "book/preface.html", "book/notation.html",
+         *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
 # A tag that makes the browser fetch something: script/img/iframe/... src, link href.
 REMOTE_RESOURCE = re.compile(
@@ -34,13 +34,19 @@ CDN_HOSTS = ("unpkg.com", "cdn.jsdelivr.net", "cdnjs.cloudflare.com", "mathjax.o
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    if not (BUILD / "index.html").is_file() or not CHAPTER.is_file():
+    if not (BUILD / "index.html").is_file() or not all(
+        (BUILD / "book" / f"{name}.html").is_file() for name in CHAPTERS
+    ):
         pytest.fail(
             f"The book is not built ({BUILD.relative_to(ROOT)} is missing or incomplete): "
             "run `make book` first (`make test` does it for you).",
             pytrace=False,
         )
     return BUILD
+
+
+def chapter(name: str) -> Path:
+    return BUILD / "book" / f"{name}.html"
 
 
 def page_text(path: Path) -> str:
@@ -90,14 +96,19 @@ def test_preface_attributes_the_corpus(built):
 
 def test_notation_page_lists_symbols_and_shape_letters(built):
     text = page_text(built / "book" / "notation.html")
-    for needle in ("N_{1+}", "\\mathrm{PP}", "d_model", "n_heads", "Dh = D // H", "vocab_size"):
+    for needle in ("N_{1+}", "\\mathrm{PP}", "d_model", "n_heads", "Dh = D // H", "vocab_size",
+                   "weight_hh_l0", "hidden_size", "\\odot", "i_t, f_t, g_t, o_t", "num_layers"):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
-def test_chapter_has_typeset_math_served_locally(built):
-    source = CHAPTER.read_text(encoding="utf-8")
-    assert source.count('class="math') >= 5, "chapter 1 should contain display and inline math"
-    assert "\\prod_{i=1}^{L}" in html.unescape(source)  # the chain rule
+@pytest.mark.parametrize("name, formula", [
+    ("01_ngrams", "\\prod_{i=1}^{L}"),  # the chain rule
+    ("02_rnn", "c_t &= f_t \\odot c_{t-1} + i_t \\odot g_t"),  # the LSTM's cell update
+])
+def test_chapter_has_typeset_math_served_locally(built, name, formula):
+    source = chapter(name).read_text(encoding="utf-8")
+    assert source.count('class="math') >= 5, f"{name} should contain display and inline math"
+    assert formula in html.unescape(source)
     assert re.search(r'<script[^>]*src="\.\./_static/mathjax/tex-chtml\.js(\?[^"]*)?"', source)
 
 
@@ -108,36 +119,47 @@ def test_mathjax_is_shipped_with_the_book(built):
     assert any((mathjax / "output" / "chtml" / "fonts").rglob("*.woff")), "MathJax fonts missing"
 
 
-def test_chapter_has_at_least_two_real_figures(built):
-    source = CHAPTER.read_text(encoding="utf-8")
+@pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6)])
+def test_chapter_has_real_figures(built, name, minimum):
+    page = chapter(name)
+    source = page.read_text(encoding="utf-8")
     figures = []
     for src in re.findall(r'<img\b[^>]*\bsrc="([^"]+)"', source):
         if src.startswith(("data:image/png;base64,", "data:image/svg+xml")):
             figures.append(src[:30])
         elif src.endswith((".png", ".svg")):
-            target = (CHAPTER.parent / src).resolve()
+            target = (page.parent / src).resolve()
             assert target.is_file(), f"the chapter shows {src}, which does not exist"
             assert target.stat().st_size > 5_000, f"{src} is suspiciously small"
             figures.append(src)
-    assert len(figures) >= 2, f"chapter 1 should show at least 2 figures, found {figures}"
+    assert len(figures) >= minimum, f"{name} should show {minimum}+ figures, found {figures}"
 
 
-@pytest.mark.parametrize(
-    "name", ["pad", "ngrams", "NGramLM.prob", "NGramLM._kn_prob", "NGramLM.perplexity"]
-)
-def test_chapter_shows_the_package_code_verbatim(built, name):
-    code = source_of(ROOT / "coursepkg" / "ngram.py", name)
-    assert code.strip() in page_text(CHAPTER), (
-        f"{name} from coursepkg/ngram.py is not shown verbatim in chapter 1: rebuild the book "
+SHOWN_CODE = [
+    *(("01_ngrams", "ngram.py", name) for name in
+      ["pad", "ngrams", "NGramLM.prob", "NGramLM._kn_prob", "NGramLM.perplexity"]),
+    *(("02_rnn", "rnn.py", name) for name in
+      ["elman_step", "ElmanRNN.forward", "lstm_gates", "lstm_step", "pool", "RNNLM.forward"]),
+]
+
+
+@pytest.mark.parametrize("page, module, name", SHOWN_CODE)
+def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
+    code = source_of(ROOT / "coursepkg" / module, name)
+    assert code.strip() in page_text(chapter(page)), (
+        f"{name} from coursepkg/{module} is not shown verbatim in {page}: rebuild the book "
         "(the page includes it with literalinclude :pyobject:)"
     )
 
 
-def test_the_widget_code_is_shown_and_its_static_picture_follows(built):
-    text = page_text(CHAPTER)
-    assert "viz.ngram_explorer(" in text
+@pytest.mark.parametrize("name, factory", [("01_ngrams", "viz.ngram_explorer("),
+                                           ("02_rnn", "viz.rnn_state_explorer(")])
+def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
+    text = page_text(chapter(name))
+    assert factory in text
     assert "explorer.figure" in text
-    source = CHAPTER.read_text(encoding="utf-8")
+    assert text.index(factory) < text.index("explorer.figure")
+    source = chapter(name).read_text(encoding="utf-8")
     assert "widget-view+json" not in source, "the widget output should be removed (remove-output)"
 
 
@@ -165,7 +187,15 @@ def test_local_scripts_and_stylesheets_exist(built):
     assert not missing, "missing local assets:\n" + "\n".join(missing)
 
 
-def test_citations_resolve_to_bibliography_entries(built):
+CITED = {
+    "01_ngrams": {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"},
+    "02_rnn": {"elman1990", "werbos1990", "bengio1994", "pascanu2013", "hochreiter1997",
+               "gers2000", "schuster1997", "graves2013", "peters2018"},
+}
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_citations_resolve_to_bibliography_entries(built, name):
     bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
     bib_keys = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))
     references = (built / "book" / "references.html").read_text(encoding="utf-8")
@@ -173,12 +203,12 @@ def test_citations_resolve_to_bibliography_entries(built):
                                references))
     assert len(entry_ids) == len(bib_keys), "the bibliography page should list every entry"
 
-    markdown = (ROOT / "book" / "01_ngrams.md").read_text(encoding="utf-8")
+    markdown = (ROOT / "book" / f"{name}.md").read_text(encoding="utf-8")
     cited_keys = {key.strip() for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", markdown)
                   for key in group.split(",")}
-    assert {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"} <= cited_keys
+    assert CITED[name] <= cited_keys
     assert cited_keys <= bib_keys, f"unknown keys: {cited_keys - bib_keys}"
-    chapter = CHAPTER.read_text(encoding="utf-8")
-    targets = set(re.findall(r'href="references\.html#([^"]+)"', chapter))
+    page = chapter(name).read_text(encoding="utf-8")
+    targets = set(re.findall(r'href="references\.html#([^"]+)"', page))
     assert len(targets) == len(cited_keys), "every cited work should link to its entry"
     assert targets <= entry_ids, f"citations without an entry: {targets - entry_ids}"

@@ -168,3 +168,205 @@ def test_explorer_uses_the_given_tokenizer():
 def test_explorer_needs_models():
     with pytest.raises(ValueError, match="at least one model"):
         viz.ngram_explorer({})
+
+
+# ------------------------------------------------------------------------ chapter 2
+
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from coursepkg.data import CharTokenizer  # noqa: E402
+from coursepkg.lm import TrainHistory  # noqa: E402
+from coursepkg.rnn import LSTM, RNNLM  # noqa: E402
+
+
+def test_plot_gradient_norms_draws_one_log_line_per_model_and_skips_zeros():
+    norms = {"RNN": [1.0, 0.1, 0.01, 0.0], "LSTM": torch.tensor([1.0, 0.9, 0.8, 0.7])}
+    ax = viz.plot_gradient_norms(norms)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == ["LSTM", "RNN"]
+    assert ax.get_yscale() == "log"
+    assert list(lines["RNN"].get_xdata()) == [0, 1, 2, 3]
+    y = np.asarray(lines["RNN"].get_ydata(), dtype=float)
+    assert y[:3].tolist() == [1.0, 0.1, 0.01] and np.isnan(y[3])  # 0 cannot be drawn on a log axis
+    assert np.allclose(lines["LSTM"].get_ydata(), [1.0, 0.9, 0.8, 0.7])
+    assert "distance" in ax.get_xlabel()
+    assert ax.get_legend() is not None
+
+
+def test_plot_accuracy_vs_distance_draws_curves_references_and_chance():
+    curves = {"RNN": [0.9, 0.6, 0.5], "LSTM": [1.0, 1.0, 0.99]}
+    ax = viz.plot_accuracy_vs_distance([0, 1, 2], curves, references={"RNN": 0.4},
+                                       reference_label="no B", ylabel="P(right)")
+    by_label = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(by_label) == ["LSTM", "RNN", "RNN, no B", "chance"]
+    assert list(by_label["LSTM"].get_ydata()) == [1.0, 1.0, 0.99]
+    assert list(by_label["RNN, no B"].get_ydata()) == [0.4, 0.4]
+    assert by_label["RNN, no B"].get_color() == by_label["RNN"].get_color()
+    assert by_label["RNN, no B"].get_linestyle() == ":"
+    assert list(by_label["chance"].get_ydata()) == [0.5, 0.5]
+    assert ax.get_ylabel() == "P(right)"
+    assert ax.get_ylim()[0] < 0 < 1 < ax.get_ylim()[1]
+
+
+def test_plot_accuracy_vs_distance_without_chance_and_with_bad_input():
+    ax = viz.plot_accuracy_vs_distance([0, 1], {"a": [1.0, 0.5]}, chance=None)
+    assert [line.get_label() for line in ax.get_lines()] == ["a"]
+    with pytest.raises(ValueError, match="2 distances"):
+        viz.plot_accuracy_vs_distance([0, 1], {"a": [1.0]})
+    with pytest.raises(ValueError, match="without a curve"):
+        viz.plot_accuracy_vs_distance([0, 1], {"a": [1.0, 0.5]}, references={"b": 0.5})
+
+
+def small_trace(T=5, Hs=3):
+    torch.manual_seed(0)
+    lstm = LSTM(2, Hs)
+    return lstm.trace(torch.randn(1, T, 2))
+
+
+def test_plot_lstm_gates_draws_one_heatmap_and_colour_bar_per_quantity():
+    trace = small_trace()
+    fig = viz.plot_lstm_gates(trace, list("ab\n c"), title="gates")
+    assert len(fig.axes) == 12  # six heatmaps, six colour bars
+    heatmaps = [ax for ax in fig.axes if ax.images]
+    assert len(heatmaps) == 6
+    assert [ax.get_ylabel().split(":")[0] for ax in heatmaps] == ["i", "f", "g", "o", "c", "h"]
+    first = heatmaps[0].images[0]
+    assert first.get_array().shape == (3, 5)  # units x time
+    assert np.allclose(first.get_array(), trace["i"][0].numpy().T)
+    assert first.get_clim() == (0.0, 1.0)  # a gate lives in (0, 1)
+    assert heatmaps[2].images[0].get_clim() == (-1.0, 1.0)  # g in (-1, 1)
+    labels = [t.get_text() for t in heatmaps[-1].get_xticklabels()]
+    assert labels == ["a", "b", "\u23ce", "\u2423", "c"]  # newline and space made visible
+    assert fig._suptitle.get_text() == "gates"
+
+
+def test_plot_lstm_gates_selects_keys_and_units_and_checks_lengths():
+    trace = small_trace()
+    fig = viz.plot_lstm_gates(trace, list("abcde"), keys=("f", "c"), units=[2, 0])
+    heatmaps = [ax for ax in fig.axes if ax.images]
+    assert len(heatmaps) == 2
+    assert np.allclose(heatmaps[1].images[0].get_array(), trace["c"][0].numpy()[:, [2, 0]].T)
+    assert [t.get_text() for t in heatmaps[0].get_yticklabels()] == ["2", "0"]
+    with pytest.raises(ValueError, match="5 steps but 4 tokens"):
+        viz.plot_lstm_gates(trace, list("abcd"))
+    with pytest.raises(ValueError, match="no \\['x'\\]"):
+        viz.plot_lstm_gates(trace, list("abcde"), keys=("x",))
+
+
+def test_plot_loss_curves_draws_train_heldout_and_baselines():
+    history = TrainHistory(steps=[1, 2, 3, 4], train_loss=[4.0, 3.0, 2.0, 1.0],
+                           val_steps=[2, 4], val_loss=[3.5, 1.5])
+    no_val = TrainHistory(steps=[1, 2], train_loss=[2.0, 1.0])
+    ax = viz.plot_loss_curves({"LSTM": history, "RNN": no_val}, {"6-gram": 1.457}, smooth=2)
+    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["LSTM, train", "LSTM, held-out", "RNN, train", "6-gram: 1.457"]
+    by_label = {line.get_label(): line for line in ax.get_lines()}
+    assert list(by_label["LSTM, train"].get_ydata()) == [4.0, 3.5, 2.5, 1.5]  # moving average
+    assert list(by_label["LSTM, held-out"].get_xdata()) == [2, 4]
+    assert list(by_label["6-gram: 1.457"].get_ydata()) == [1.457, 1.457]
+    assert len(ax.get_lines()) == 6  # plus one faint raw training curve per model
+
+
+def test_plot_similarity_matrix_annotates_every_cell():
+    matrix = torch.tensor([[1.0, 0.25], [0.25, 1.0]])
+    ax = viz.plot_similarity_matrix(matrix, ["first", "second"], title="cos")
+    assert [t.get_text() for t in ax.texts] == ["1.00", "0.25", "0.25", "1.00"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1. first", "2. second"]
+    assert ax.images[0].get_clim() == (-1.0, 1.0)
+    assert ax.get_title() == "cos"
+    with pytest.raises(ValueError, match="2 x 2"):
+        viz.plot_similarity_matrix(torch.ones(3, 3), ["a", "b"])
+
+
+def tiny_char_lm(cell="lstm"):
+    tokenizer = CharTokenizer().fit("abc d\n")
+    torch.manual_seed(0)
+    return RNNLM(tokenizer.vocab_size, 4, 6, cell=cell), tokenizer
+
+
+def test_rnn_lm_states_match_the_model():
+    model, tokenizer = tiny_char_lm()
+    ids = tokenizer.encode("abca")
+    states, probs = viz.rnn_lm_states(model, ids)
+    assert sorted(states) == ["c", "f", "g", "h", "i", "o"]
+    assert states["h"].shape == (4, 6)
+    assert probs.shape == (4, tokenizer.vocab_size)
+    assert np.allclose(probs.sum(axis=1), 1.0, atol=1e-6)
+    with torch.no_grad():
+        out, _ = model.rnn(model.embed(torch.tensor([ids])))
+        expected = torch.softmax(model(torch.tensor([ids])), -1)[0]
+    assert np.allclose(states["h"], out[0].numpy(), atol=1e-6)
+    assert np.allclose(probs, expected.numpy(), atol=1e-6)
+    elman, _ = tiny_char_lm("rnn")
+    assert sorted(viz.rnn_lm_states(elman, ids)[0]) == ["h"]
+
+
+def test_rnn_state_explorer_redraws_when_each_control_changes():
+    model, tokenizer = tiny_char_lm()
+    explorer = viz.rnn_state_explorer(model, tokenizer, text="abcab", n_units=4, top=3)
+    assert explorer.step.max == 4 and explorer.step.value == 4  # starts at the last character
+    assert list(explorer.quantity.options) == ["h", "c", "i", "f", "g", "o"]
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+
+    def state():
+        heatmap, bars = explorer.figure.axes[0], explorer.figure.axes[1]
+        return (heatmap.get_title(), heatmap.get_ylabel(), [t.get_text() for t in
+                bars.get_yticklabels()], bytes(explorer.image.value))
+
+    before = state()
+    assert "step 4: 'b'" in before[0]
+    assert len(before[2]) == 3  # top next tokens
+    explorer.step.value = 1
+    after_step = state()
+    assert "step 1: 'b'" in after_step[0] and after_step[3] != before[3]
+    assert "'ab'" in explorer.figure.axes[1].get_title()
+    explorer.quantity.value = "f"
+    assert state()[1].startswith("f:")
+    explorer.text.value = "dd"
+    assert explorer.tokens == ["d", "d"]
+    assert explorer.step.max == 1 and explorer.step.value == 1
+    assert "step 1: 'd'" in state()[0]
+    assert len(explorer.figure.axes) == 3  # heatmap, its colour bar and the bars; never stacked
+
+
+def test_rnn_state_explorer_redraws_once_per_new_text(monkeypatch):
+    model, tokenizer = tiny_char_lm()
+    explorer = viz.rnn_state_explorer(model, tokenizer, text="abcab")
+    explorer.step.value = 2
+    calls = []
+    original = viz.RNNStateExplorer.redraw
+    monkeypatch.setattr(viz.RNNStateExplorer, "redraw",
+                        lambda self: calls.append(self.step.value) or original(self))
+    explorer.text.value = "ab"  # the slider moves from 2 to the new last step, 1
+    assert calls == [1]
+
+
+def test_rnn_state_explorer_selects_the_most_varying_units():
+    model, tokenizer = tiny_char_lm()
+    explorer = viz.rnn_state_explorer(model, tokenizer, text="abcabd", n_units=2)
+    spread = explorer.states["h"].std(axis=0)
+    assert explorer.units() == sorted(np.argsort(-spread)[:2].tolist())
+    heatmap = explorer.figure.axes[0]
+    assert heatmap.images[0].get_array().shape == (2, 6)
+
+
+def test_rnn_state_explorer_reports_unknown_characters_and_empty_text():
+    model, tokenizer = tiny_char_lm()
+    explorer = viz.rnn_state_explorer(model, tokenizer, text="abzzq")
+    assert explorer.tokens == ["a", "b"]
+    assert "'q'" in explorer.message.value and "'z'" in explorer.message.value
+    explorer.text.value = "zz"
+    assert explorer.tokens == [] and explorer.step.max == 0
+    assert "type some text" in explorer.figure.axes[0].get_title()
+
+
+def test_rnn_state_explorer_for_an_elman_model_and_bad_arguments():
+    model, tokenizer = tiny_char_lm("rnn")
+    explorer = viz.rnn_state_explorer(model, tokenizer, text="ab")
+    assert list(explorer.quantity.options) == ["h"]
+    with pytest.raises(ValueError, match="quantity"):
+        viz.rnn_state_explorer(model, tokenizer, text="ab", quantity="c")
+    with pytest.raises(ValueError, match="positive"):
+        viz.rnn_state_explorer(model, tokenizer, n_units=0)
