@@ -25,6 +25,14 @@ from torch import Tensor, nn
 __all__ = ["SelfAttention", "causal_mask", "scaled_dot_product_attention"]
 
 
+def _check_mask(mask: Tensor) -> None:
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; for an "
+            "additive float mask, add it to the scores yourself"
+        )
+
+
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -53,10 +61,15 @@ def scaled_dot_product_attention(
         )
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     if mask is not None:
-        if mask.dtype != torch.bool:
+        _check_mask(mask)
+        try:
+            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
             raise ValueError(
-                f"mask must be boolean (True = may attend), got dtype {mask.dtype}; for an "
-                "additive float mask, add it to the scores yourself"
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                f"(..., T, S) = {tuple(scores.shape)}"
             )
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
@@ -98,9 +111,14 @@ class SelfAttention(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
+        d_k = d_model if d_k is None else d_k
+        d_v = d_model if d_v is None else d_v
+        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.d_model = d_model
-        self.d_k = d_k or d_model
-        self.d_v = d_v or d_model
+        self.d_k = d_k
+        self.d_v = d_v
         self.causal = causal
         self.w_q = nn.Linear(d_model, self.d_k, bias=bias)  # W^Q
         self.w_k = nn.Linear(d_model, self.d_k, bias=bias)  # W^K
@@ -120,6 +138,8 @@ class SelfAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.d_model}), got {tuple(x.shape)}")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, Dk), (B, T, Dk), (B, T, Dv)
+        if mask is not None:
+            _check_mask(mask)
         if self.causal:
             future = causal_mask(x.shape[1], device=x.device)  # (T, T)
             mask = future if mask is None else mask & future
