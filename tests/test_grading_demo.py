@@ -137,3 +137,105 @@ def test_chapter_2_library_shortcuts_are_refused_task_by_task(tmp_path):
         assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
         assert called in tasks[func_name]["cases"][0]["message"], func_name
     assert tasks["pool_outputs"]["status"] == "passed"
+
+
+# Chapter 3: student -> (the tasks the planted mistake costs, words their feedback must hold).
+# A wrong masked_attention also costs decoder_step, which calls it; the feedback of the step
+# says so. The grader's ast use is serialised now, so two jobs are safe.
+EXPECTED_03 = {
+    "ada-softmax-over-the-batch": ({"attention_weights"}, ["normalises over the batch (dim=0)"]),
+    "ben-masks-after-the-softmax": (
+        {"masked_attention", "decoder_step"},
+        ["Mask BEFORE the softmax", "The step is wired right but the attention in it is not"],
+    ),
+    "cy-forgets-tanh": ({"additive_scores"}, ["Apply tanh to the sum"]),
+    "dee-forgets-the-context": (
+        {"decoder_step"}, ["raised RuntimeError", "torch.cat([embedding, context], dim=-1)"]
+    ),
+}
+
+
+def test_demo_batch_of_chapter_3_grades_end_to_end(tmp_path):
+    assert set(EXPECTED_03) == set(PLANTED["03_attention"])
+    write_demo("03_attention", ROOT, tmp_path / "subs")
+    rows = grade(
+        "03_attention",
+        [tmp_path / "subs"],
+        tmp_path / "out",
+        jobs=2,
+        limits=Limits(timeout=20),
+        progress=False,
+    )
+    records = {found.student: record for found, record in rows}
+    assert set(records) == {"sol-full-marks", "ed-untouched", *PLANTED["03_attention"]}
+    solution = records["sol-full-marks"]["tasks"]
+    assert [t["func_name"] for t in solution] == [
+        "attention_weights", "masked_attention", "additive_scores", "decoder_step"
+    ]
+    assert all(t["status"] == "passed" for t in solution)
+    assert sum(t["points"] for t in solution) == sum(t["max_points"] for t in solution) == 30
+    assert {t["status"] for t in records["ed-untouched"]["tasks"]} == {"not attempted"}
+    assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
+    gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    assert gradebook[0].startswith("student,file,3.1 attention_weights,3.2 masked_attention,")
+    assert "ed-untouched,ed-untouched.ipynb,0,0,0,0,0,30,not attempted" in gradebook
+    assert "sol-full-marks,sol-full-marks.ipynb,7,8,7,8,30,30,passed" in gradebook
+    for student, (costs, words) in EXPECTED_03.items():
+        for task in records[student]["tasks"]:
+            if task["func_name"] in costs:
+                assert 0 <= task["points"] < task["max_points"], (student, task["func_name"])
+                assert task["status"] in ("partial", "failed", "error"), (student, task)
+            else:
+                assert task["status"] == "passed", (student, task["func_name"])
+        feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
+        for word in words:
+            assert word in feedback, (student, word)
+
+
+CHAPTER_3_SHORTCUTS = '''
+import torch
+import torch.nn.functional as F
+from coursepkg.attention import additive_scores as package_scores
+
+
+def attention_weights(query, keys, scale):  # allowed: torch.softmax and einsum
+    return torch.einsum("bsd,bd->bs", keys, query).mul(scale).softmax(dim=-1)
+
+
+def masked_attention(query, keys, values, mask, scale):
+    context = F.scaled_dot_product_attention(query[:, None], keys, values,
+                                             attn_mask=mask[:, None], scale=scale)[:, 0]
+    return context, attention_weights(query, keys, scale)
+
+
+def additive_scores(query, keys, w_q, w_k, v, bias):
+    return package_scores(query, keys, w_q, w_k, v, bias)
+
+
+def decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params):
+    h_prev, c_prev = state
+    keys = encoder_states @ key_proj.T
+    scores = (keys @ h_prev[:, :, None])[..., 0] / h_prev.shape[-1] ** 0.5
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    context = (weights[:, None] @ encoder_states)[:, 0]
+    x_t = torch.cat([embedding, context], dim=-1)
+    h_t, c_t = torch.lstm_cell(x_t, (h_prev, c_prev), *lstm_params)
+    return h_t, c_t, context, weights
+'''
+
+
+def test_chapter_3_library_shortcuts_are_refused_task_by_task(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(CHAPTER_3_SHORTCUTS)]
+    nbformat.write(nb, tmp_path / "shortcuts.ipynb")
+    rows = grade("03_attention", [tmp_path / "shortcuts.ipynb"], tmp_path / "out", jobs=1,
+                 limits=Limits(timeout=20), progress=False)
+    tasks = {t["func_name"]: t for t in rows[0][1]["tasks"]}
+    for func_name, called in [
+        ("masked_attention", "torch.nn.functional.scaled_dot_product_attention"),
+        ("additive_scores", "reference solution of task 3.3"),
+        ("decoder_step", "torch.lstm_cell"),
+    ]:
+        assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
+        assert called in tasks[func_name]["cases"][0]["message"], func_name
+    assert tasks["attention_weights"]["status"] == "passed"

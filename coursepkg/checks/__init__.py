@@ -16,6 +16,7 @@ imported here, so :data:`TASKS` is complete after ``import coursepkg.checks``.
 from coursepkg.checks import (
     ch01_ngrams,  # noqa: F401 - registers the chapter 1 tasks
     ch02_rnn,  # noqa: F401 - registers the chapter 2 tasks
+    ch03_attention,  # noqa: F401 - registers the chapter 3 tasks
 )
 from coursepkg.checks.core import (
     STATUSES,

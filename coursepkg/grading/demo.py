@@ -97,6 +97,43 @@ def perplexity(model, sentences):
 """,
         ),
     },
+    "03_attention": {
+        "ada-softmax-over-the-batch": (
+            "attention_weights",
+            """def attention_weights(query, keys, scale):
+    scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1)
+    return torch.softmax(scores, dim=0)  # over the batch, not over the keys
+""",
+        ),
+        # A wrong masked_attention also costs task 3.4, whose step calls it: the feedback says so.
+        "ben-masks-after-the-softmax": (
+            "masked_attention",
+            """def masked_attention(query, keys, values, mask, scale):
+    scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1)
+    weights = torch.softmax(scores, dim=-1) * mask  # masked afterwards, not renormalised
+    context = (weights.unsqueeze(1) @ values).squeeze(1)
+    return context, weights
+""",
+        ),
+        "cy-forgets-tanh": (
+            "additive_scores",
+            """def additive_scores(query, keys, w_q, w_k, v, bias):
+    hidden = (query @ w_q.T).unsqueeze(1) + keys @ w_k.T + bias
+    return hidden @ v  # no tanh
+""",
+        ),
+        "dee-forgets-the-context": (
+            "decoder_step",
+            """def decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params):
+    h_prev, _ = state
+    keys = encoder_states @ key_proj.T
+    context, weights = masked_attention(h_prev, keys, encoder_states, mask,
+                                        h_prev.shape[-1] ** -0.5)
+    h_t, c_t = lstm_step(embedding, state, *lstm_params)  # the context is not fed
+    return h_t, c_t, context, weights
+""",
+        ),
+    },
 }
 
 

@@ -1,0 +1,1012 @@
+"""Chapter 3 tasks (``03_attention``): attention weights, masked attention, the additive score,
+and one decoder step of an attention encoder-decoder.
+
+The conventions are those of :mod:`coursepkg.attention`: one query per batch row, batch first;
+the dot-product score of key s is ``scale * keys[b, s] . query[b]``; boolean masks are
+**True = may attend**, and a masked key gets the score ``float("-inf")``, hence the weight
+exactly 0. The references are the package's own tested functions; the decoder step is one step
+of :class:`coursepkg.attention.Seq2Seq` with ``attention="dot"``.
+
+Cases, plain values and judging work as in chapter 2 (:mod:`coursepkg.checks.ch02_rnn`, whose
+tensor helpers are reused): a case's ``args`` hold a seed, sizes, masks and a dtype name, and
+the inputs are drawn from a seeded generator; the judges compare shapes, dtypes and values, and
+recognise known mistakes by recomputing each one from the case's inputs. A recomputed mistake
+also matches an answer with NaN or infinite values in the same places (a softmax that
+overflows, ``0 * -inf``), so those answers get the hint that names their cause.
+
+Shape letters: B batch, S keys (source positions), D query/key width, Dv value width,
+Dq query width, Dk key width, Hd hidden units of the additive score, E embedding width,
+Hs decoder hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from coursepkg import attention, rnn
+from coursepkg.checks.ch02_rnn import (
+    HINT_DTYPE,
+    HINT_NOT_FINITE,
+    TOLERANCE,
+    _cell_parameters,
+    _decode,
+    _difference,
+    _generator,
+    _matches,
+    _normal,
+    _tensor_plain,
+)
+from coursepkg.checks.core import Case, CheckError, Task, Verdict, register
+
+__all__ = [
+    "ASSIGNMENT",
+    "attention_weights",
+    "decoder_step",
+    "masked_attention",
+]
+
+ASSIGNMENT = "03_attention"
+
+# The package's attention code and torch's fused attention do the whole task; a student must
+# write the scores, the softmax and the weighted average.
+_NO_ATTENTION_LIBRARIES = (
+    "coursepkg.attention",
+    "coursepkg.checks",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention",
+)
+# The decoder step may use the package's lstm_step (chapter 2), not torch's recurrent modules.
+_NO_LIBRARIES_FOR_THE_STEP = (
+    *_NO_ATTENTION_LIBRARIES,
+    "torch.nn.LSTM",
+    "torch.nn.LSTMCell",
+    "torch.lstm",
+    "torch.lstm_cell",
+)
+
+Variant = tuple[str, Callable[[], Sequence[Tensor]], str]
+ShapeHint = Callable[[list[tuple[int, ...]], list[tuple[int, ...]], int], str]
+_SKIPPED = (RuntimeError, ValueError, IndexError, ArithmeticError)
+
+
+# --------------------------------------------------------------------------------------------
+# Plain values and the verdict (chapter 2's, with NaN-aware matching of known mistakes)
+# --------------------------------------------------------------------------------------------
+
+
+def _parts_plain(value: object, names: tuple[str, ...]) -> list[dict]:
+    """A returned tuple of tensors -> a list of plain tensors; CheckError for anything else."""
+    if isinstance(value, torch.Tensor) or not isinstance(value, tuple | list) or len(
+        value
+    ) != len(names):
+        if isinstance(value, tuple | list):
+            got = f"a {type(value).__name__} of {len(value)}"
+        else:
+            got = type(value).__name__
+        what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
+        raise CheckError(f"expected {what} ({', '.join(names)}), got {got}")
+    return [_tensor_plain(part, name) for part, name in zip(value, names, strict=True)]
+
+
+def _same(got: Tensor, mistake: Tensor, dtype: str) -> bool:
+    """Whether ``got`` equals a recomputed mistake, NaN and infinities in the same places."""
+    if got.shape != mistake.shape:
+        return False
+    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    mistake = mistake.detach().to(torch.float64)
+    return bool(torch.allclose(got, mistake, rtol=rtol, atol=atol, equal_nan=True))
+
+
+def _judge_parts(
+    got: list,
+    expected: list,
+    names: Sequence[str],
+    dtype: str,
+    variants: Callable[[], list[Variant]],
+    shape_hint: ShapeHint,
+    generic_hint: str,
+) -> Verdict:
+    """The verdict on one or more returned tensors.
+
+    Args:
+        got: the student's plain tensors, one per returned part.
+        expected: the reference's plain tensors.
+        names: the parts' names, for messages (``("context", "weights")``).
+        dtype: the case's dtype name, which sets the tolerance.
+        variants: a function returning the known mistakes, most specific first, as (hint,
+            compute, note): ``compute()`` recomputes the mistake's parts (it may raise, e.g. on
+            shapes that do not fit: then it is skipped); ``note`` is added to the detail.
+        shape_hint: ``(got_shapes, expected_shapes, index of the first wrong one) -> hint``.
+        generic_hint: the hint when no known mistake matches.
+    """
+    got_parts = [_decode(part) for part in got]
+    expected_parts = [_decode(part) for part in expected]
+    if len(got_parts) != len(expected_parts):
+        raise ValueError("wrong number of parts")
+    got_shapes = [shape for shape, _, _ in got_parts]
+    expected_shapes = [shape for shape, _, _ in expected_parts]
+    for k, name in enumerate(names):
+        if got_shapes[k] != expected_shapes[k]:
+            detail = f"Expected {name} of shape {expected_shapes[k]}, got {got_shapes[k]}."
+            return Verdict(False, shape_hint(got_shapes, expected_shapes, k), detail)
+    for name, (_, got_dtype, _), (_, want, _) in zip(names, got_parts, expected_parts, strict=True):
+        if got_dtype != want:
+            return Verdict(False, HINT_DTYPE, f"Expected {name} of dtype torch.{want}, "
+                                              f"got torch.{got_dtype}.")
+    pairs = [(name, g[2], e[2]) for name, g, e in zip(names, got_parts, expected_parts,
+                                                       strict=True)]
+    wrong = [(name, g, e) for name, g, e in pairs if not _matches(g, e, dtype)]
+    if not wrong:
+        return Verdict(True)
+    detail = _difference(*wrong[0], dtype)
+    for hint, compute, note in variants():
+        try:
+            parts = list(compute())
+        except _SKIPPED:
+            continue
+        if len(parts) == len(pairs) and all(
+            _same(g, part, dtype) for (_, g, _), part in zip(pairs, parts, strict=True)
+        ):
+            return Verdict(False, hint, f"{note} {detail}" if note else detail)
+    for name, values, _ in pairs:
+        if not bool(torch.isfinite(values).all()):
+            return Verdict(False, HINT_NOT_FINITE, f"{name} holds NaN or infinite values.")
+    return Verdict(False, generic_hint, detail)
+
+
+def _one_per_row(mask: Tensor) -> Tensor:
+    """The weights of a masked mean: 1 / (number of allowed keys) on each allowed key, (B, S)."""
+    allowed = mask.to(torch.float64)
+    return allowed / allowed.sum(dim=-1, keepdim=True)
+
+
+def _weighted(weights: Tensor, values: Tensor) -> Tensor:
+    """sum_s weights[b, s] * values[b, s]: (B, S), (B, S, Dv) -> (B, Dv)."""
+    return (weights.unsqueeze(1) @ values).squeeze(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Hints shared by the tasks
+# --------------------------------------------------------------------------------------------
+
+HINT_SOFTMAX_DIM = (
+    "Take the softmax over the keys, the last dim (dim=-1): each row's weights must sum to 1 "
+    "over its S keys. Your softmax normalises over the batch (dim=0), mixing different rows."
+)
+HINT_NO_SOFTMAX = (
+    "Those are the scores: turn them into weights with a softmax over the keys, "
+    "torch.softmax(scores, dim=-1), so that they are positive and sum to 1."
+)
+HINT_LOG_SOFTMAX = (
+    "Use torch.softmax, not log_softmax: the weights are probabilities (positive, summing to "
+    "1), not their logarithms."
+)
+HINT_NO_EXP = (
+    "Dividing the scores by their sum is not a softmax: scores can be negative. Exponentiate "
+    "first, softmax(s)_i = exp(s_i) / sum_j exp(s_j), or call torch.softmax(scores, dim=-1)."
+)
+HINT_SOFTMAX_OVERFLOW = (
+    "Your softmax overflows on large scores: exp of a score above about 88 (float32) or 709 "
+    "(float64) is inf, and inf / inf is NaN. Subtract each row's largest score before exp "
+    "(softmax(s) = softmax(s - max(s))), or use torch.softmax, which does that for you."
+)
+HINT_NO_SCALE = (
+    "Multiply the scores by scale before the softmax: weights = softmax(scale * scores). "
+    "Without it, long vectors give scores so large that the softmax picks a single key."
+)
+HINT_SCALE_DIVIDES = (
+    "scale multiplies the scores (scale * scores), it does not divide them: for the usual "
+    "scaled dot product, scale is already 1 / sqrt(D)."
+)
+HINT_SCALE_ARGUMENT = (
+    "Use the scale you are given, not 1 / sqrt(D) computed yourself: the caller chooses the "
+    "scale (1, 1 / sqrt(D), a learned temperature, ...)."
+)
+HINT_SCALE_ON_WEIGHTS = (
+    "The scale multiplies the scores, before the softmax, not the weights after it: "
+    "softmax(scale * scores). Scaled weights no longer sum to 1."
+)
+HINT_SCALE_ON_VALUES = (
+    "The scale multiplies the scores, before the softmax, and nothing else: not the values, "
+    "not the context. It changes how peaked the weights are; the context stays an average of "
+    "the values."
+)
+HINT_QUERY_BROADCAST = (
+    "Each row's keys meet their own row's query: give the query a key axis, "
+    "query.unsqueeze(1) (B, 1, D), before multiplying with keys (B, S, D); without it the "
+    "query of row s is paired with the keys of row b."
+)
+HINT_ALL_PAIRS = (
+    "Your scores pair every row's query with every row's keys: one score per key of the SAME "
+    "row is keys @ query.unsqueeze(-1), (B, S, D) @ (B, D, 1) -> (B, S, 1), then .squeeze(-1); "
+    "or torch.einsum('bsd,bd->bs', keys, query)."
+)
+HINT_SQUEEZE_KEEP = (
+    "Remove the axis of length 1 that the batched product leaves: .squeeze(-1) of (B, S, 1) "
+    "(or .squeeze(1) of (B, 1, S)) gives the (B, S) weights."
+)
+HINT_SQUEEZE_ALL = (
+    "squeeze() without a dim removes EVERY axis of length 1, also B = 1 or S = 1: name the "
+    "axis you added, .squeeze(-1), so that the weights stay (B, S)."
+)
+HINT_SUM_OVER_KEYS = (
+    "The dot product of a key with the query sums over the features D (dim=-1 of keys * "
+    "query.unsqueeze(1)), not over the keys: there is one score per key, (B, S)."
+)
+HINT_WEIGHTS_TRANSPOSED = "The weights are (B, S), one row per query, not (S, B)."
+HINT_WEIGHTS_SHAPE = "Return the weights as (B, S): one weight per key, for every row."
+
+
+def _weights_shape_hint(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    """The hint for weights of the wrong shape."""
+    B, S = expected
+    if got in ((B, S, 1), (B, 1, S)):
+        return HINT_SQUEEZE_KEEP
+    if got in ((B, B, S), (B, S, B)):
+        return HINT_ALL_PAIRS
+    if len(got) < 2 and math.prod(got) == B * S:
+        return HINT_SQUEEZE_ALL
+    if got == (S, B):
+        return HINT_WEIGHTS_TRANSPOSED
+    if len(got) == 2 and got[0] == B:
+        return HINT_SUM_OVER_KEYS  # (B, D): summed over the keys instead of the features
+    return HINT_WEIGHTS_SHAPE
+
+
+# --------------------------------------------------------------------------------------------
+# Task 3.1 attention_weights
+# --------------------------------------------------------------------------------------------
+
+HINT_WEIGHTS_GENERIC = (
+    "weights = torch.softmax(scale * scores, dim=-1), where scores[b, s] = keys[b, s] . "
+    "query[b], the dot product of each key with its own row's query."
+)
+
+
+def _build_weights_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, S, D = int(args["B"]), int(args["S"]), int(args["D"])
+    if args["kind"] == "large":
+        # Small integers and one large feature: every score is 1000 plus a small integer,
+        # computed exactly in any order, and far beyond what exp can hold.
+        keys = torch.randint(-2, 3, (B, S, D), generator=gen).to(dtype)
+        query = torch.randint(-2, 3, (B, D), generator=gen).to(dtype)
+        keys[..., 0], query[:, 0] = 4.0, 250.0
+    else:
+        query = _normal(gen, (B, D), 1.0, dtype)
+        keys = _normal(gen, (B, S, D), 1.0, dtype)
+    return query, keys, float(args["scale"])
+
+
+def attention_weights(query: Tensor, keys: Tensor, scale: float) -> Tensor:
+    """Task 3.1's reference: the weights of :func:`coursepkg.attention.attend`.
+
+    Args:
+        query: (B, D); keys: (B, S, D); scale: multiplies the scores.
+
+    Returns:
+        (B, S) softmax over S of ``scale * keys[b, s] . query[b]``.
+    """
+    _, weights = attention.attend(query, keys, keys, scale=scale)
+    return weights
+
+
+def _weights_to_plain(value: object) -> dict:
+    return _tensor_plain(value, "the weights")
+
+
+def _weights_variants(inputs: tuple) -> list[Variant]:
+    query, keys, scale = inputs
+    B, S, D = keys.shape
+    raw = (keys @ query.unsqueeze(-1)).squeeze(-1)  # (B, S) unscaled scores
+    scores = scale * raw
+
+    def softmax(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.softmax(x, dim=dim)
+
+    def naive() -> Tensor:
+        exps = torch.exp(scores)
+        return exps / exps.sum(dim=-1, keepdim=True)
+
+    def query_broadcast() -> Tensor:
+        return softmax(scale * (keys * query.unsqueeze(0)).sum(dim=-1))  # row s's query
+
+    return [
+        (HINT_SOFTMAX_OVERFLOW, lambda: (naive(),), ""),
+        (HINT_SOFTMAX_DIM, lambda: (softmax(scores, 0),), ""),
+        (HINT_NO_SOFTMAX, lambda: (scores,), ""),
+        (HINT_LOG_SOFTMAX, lambda: (torch.log_softmax(scores, dim=-1),), ""),
+        (HINT_NO_EXP, lambda: (scores / scores.sum(dim=-1, keepdim=True),), ""),
+        (HINT_NO_SCALE, lambda: (softmax(raw),), ""),
+        (HINT_SCALE_DIVIDES, lambda: (softmax(raw / scale),), ""),
+        (HINT_SCALE_ARGUMENT, lambda: (softmax(raw / math.sqrt(D)),), ""),
+        (HINT_SCALE_ON_WEIGHTS, lambda: (scale * softmax(raw),), ""),
+        (HINT_QUERY_BROADCAST, lambda: (query_broadcast(),), ""),
+    ]
+
+
+def _weights_shape_hint_3_1(got: list, expected: list, k: int) -> str:
+    return _weights_shape_hint(got[0], expected[0])
+
+
+def _judge_weights(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_weights_args(args)
+    return _judge_parts([got], [expected], ("weights",), args["dtype"],
+                        lambda: _weights_variants(inputs), _weights_shape_hint_3_1,
+                        HINT_WEIGHTS_GENERIC)
+
+
+def _weights_case(name: str, seed: int, B: int, S: int, D: int, scale: float, *,
+                  kind: str = "normal", dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": B, "S": S, "D": D, "scale": scale, "kind": kind, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_WEIGHTS_CASES = (
+    _weights_case("2 queries, 5 keys of width 3, scale 1/sqrt(3)", 301, 2, 5, 3, 3**-0.5),
+    _weights_case("3 queries, 4 keys of width 6, scale 1", 302, 3, 4, 6, 1.0),
+    _weights_case("large scores (about 1000): the softmax must not overflow", 303, 2, 3, 3, 1.0,
+                  kind="large"),
+    _weights_case("hidden: float64, scale 0.5", 311, 3, 7, 2, 0.5, dtype="float64",
+                  hidden=True),
+    _weights_case("hidden: a batch of one", 312, 1, 4, 3, 3**-0.5, hidden=True),
+    _weights_case("hidden: a single key", 313, 3, 1, 4, 0.5, hidden=True),
+    _weights_case("hidden: large scores in float64", 314, 4, 6, 5, 1.0, kind="large",
+                  dtype="float64", hidden=True),
+)
+
+_SCORES_RUNTIME_HINT = (
+    "A tensor operation failed, most often because shapes do not fit: query is (B, D) and keys "
+    "(B, S, D); one score per key is keys @ query.unsqueeze(-1), (B, S, 1), then .squeeze(-1), "
+    "or torch.einsum('bsd,bd->bs', keys, query)."
+)
+
+register(
+    Task(
+        id="3.1",
+        assignment=ASSIGNMENT,
+        func_name="attention_weights",
+        title="Dot-product scores and their softmax, one query per row",
+        cases=_WEIGHTS_CASES,
+        build_args=_build_weights_args,
+        reference=attention_weights,
+        to_plain=_weights_to_plain,
+        judge=_judge_weights,
+        forbidden=_NO_ATTENTION_LIBRARIES,
+        error_hints={
+            "RuntimeError": _SCORES_RUNTIME_HINT,
+            "CheckError": "Return the (B, S) tensor of weights.",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 3.2 masked_attention
+# --------------------------------------------------------------------------------------------
+
+HINT_MASK_AFTER_SOFTMAX = (
+    "Mask BEFORE the softmax: set the scores of masked keys to float('-inf') "
+    "(scores.masked_fill(~mask, float('-inf'))), then take the softmax. Zeroing weights after "
+    "the softmax leaves rows that no longer sum to 1."
+)
+HINT_MASK_ZERO = (
+    "A score of 0 is not 'never': exp(0) = 1, so a masked key still gets weight. Fill the "
+    "masked scores with float('-inf'), whose exp is exactly 0."
+)
+HINT_MASK_NAN = (
+    "Multiplying by the mask to bring in -inf gives 0 * -inf = NaN at the keys you keep: "
+    "select instead, scores.masked_fill(~mask, float('-inf')) or torch.where(mask, scores, "
+    "float('-inf'))."
+)
+HINT_MASK_INVERTED = (
+    "The mask is True where a key MAY be attended to (torch's convention): fill the scores "
+    "where mask is False, masked_fill(~mask, ...), not where it is True."
+)
+HINT_MASK_IGNORED = (
+    "Apply the mask: keys where mask is False (e.g. padding) must get weight exactly 0, via "
+    "the score float('-inf') before the softmax."
+)
+HINT_CONTEXT_MEAN = (
+    "The context is the WEIGHTED average of the values, sum_s weights[b, s] * values[b, s], "
+    "not their plain mean: the weights are what makes attention pick keys."
+)
+HINT_CONTEXT_MEAN_OF_PRODUCTS = (
+    "Sum the weighted values over the keys, do not average them: the weights already sum to "
+    "1, so sum_s weights[b, s] * values[b, s] is the average."
+)
+HINT_CONTEXT_KEYS = (
+    "The context averages the VALUES with the weights, not the keys: the keys only decide "
+    "the weights."
+)
+HINT_CONTEXT_BATCH = (
+    "weights @ values with weights (B, S) multiplies every row's weights with every row's "
+    "values, (B, B, Dv): give the weights an axis, weights.unsqueeze(1) @ values -> "
+    "(B, 1, Dv), then .squeeze(1); or torch.einsum('bs,bsv->bv', weights, values)."
+)
+HINT_CONTEXT_NOT_SUMMED = (
+    "Sum over the keys: weights.unsqueeze(-1) * values is (B, S, Dv), one weighted value per "
+    "key; the context is their sum over S, (B, Dv)."
+)
+HINT_CONTEXT_KEEPDIM = "The context is (B, Dv): remove the axis of length 1, .squeeze(1)."
+HINT_PAIR_ORDER = "Return the pair in the order (context, weights)."
+HINT_CONTEXT_SHAPE = "The context is one vector per row, (B, Dv), like a value."
+HINT_ATTEND_GENERIC = (
+    "scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1); set masked scores to "
+    "float('-inf'); weights = softmax over dim=-1; context = weights.unsqueeze(1) @ values, "
+    "squeezed to (B, Dv). Return (context, weights)."
+)
+
+_Attend = Callable[[Tensor, Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
+
+
+def _attention_mistakes() -> list[tuple[str, _Attend]]:
+    """Known wrong ``f(query, keys, values, mask, scale) -> (context, weights)``, most specific
+    first."""
+    inf = float("-inf")
+
+    def scores_of(query: Tensor, keys: Tensor) -> Tensor:
+        return (keys @ query.unsqueeze(-1)).squeeze(-1)  # (B, S), unscaled
+
+    def masked(scores: Tensor, mask: Tensor) -> Tensor:
+        return scores.masked_fill(~mask, inf)
+
+    def softmax(x: Tensor, dim: int = -1) -> Tensor:
+        return torch.softmax(x, dim=dim)
+
+    def right_weights(q, k, mask, scale):
+        return softmax(masked(scale * scores_of(q, k), mask))
+
+    def mask_after(q, k, v, mask, scale):
+        weights = softmax(scale * scores_of(q, k)) * mask
+        return _weighted(weights, v), weights
+
+    def mask_after_context_unmasked(q, k, v, mask, scale):
+        weights = softmax(scale * scores_of(q, k))
+        return _weighted(weights, v), weights * mask
+
+    def fill(value_of: Callable[[Tensor, Tensor], Tensor], *, unscaled: bool = False,
+             dim: int = -1) -> _Attend:
+        def f(q, k, v, mask, scale):
+            scores = scores_of(q, k) if unscaled else scale * scores_of(q, k)
+            weights = softmax(value_of(scores, mask), dim)
+            return _weighted(weights, v), weights
+        return f
+
+    def scale_on_values(q, k, v, mask, scale):
+        weights = softmax(masked(scores_of(q, k), mask))
+        return _weighted(weights, scale * v), weights
+
+    def scale_on_context(q, k, v, mask, scale):
+        weights = right_weights(q, k, mask, scale)
+        return scale * _weighted(weights, v), weights
+
+    def scale_on_weights(q, k, v, mask, scale):
+        weights = scale * softmax(masked(scores_of(q, k), mask))
+        return _weighted(weights, v), weights
+
+    def context(which: str) -> _Attend:
+        def f(q, k, v, mask, scale):
+            weights = right_weights(q, k, mask, scale)
+            plain = {
+                "mean": lambda: v.mean(dim=1),
+                "masked mean": lambda: _weighted(_one_per_row(mask).to(v.dtype), v),
+                "keys": lambda: _weighted(weights, k),
+                "mean of products": lambda: (weights.unsqueeze(-1) * v).mean(dim=1),
+            }[which]()
+            return plain, weights
+        return f
+
+    return [
+        (HINT_MASK_AFTER_SOFTMAX, mask_after),
+        (HINT_MASK_AFTER_SOFTMAX, mask_after_context_unmasked),
+        (HINT_MASK_ZERO, fill(lambda s, m: s.masked_fill(~m, 0.0))),
+        (HINT_MASK_NAN, fill(lambda s, m: s * m + (~m) * inf)),
+        (HINT_MASK_INVERTED, fill(lambda s, m: s.masked_fill(m, inf))),
+        (HINT_MASK_IGNORED, fill(lambda s, m: s)),
+        (HINT_SOFTMAX_DIM, fill(masked, dim=0)),
+        (HINT_SCALE_ON_VALUES, scale_on_values),
+        (HINT_SCALE_ON_VALUES, scale_on_context),
+        (HINT_SCALE_ON_WEIGHTS, scale_on_weights),
+        (HINT_NO_SCALE, fill(masked, unscaled=True)),
+        (HINT_SCALE_DIVIDES, lambda q, k, v, m, scale: fill(masked)(q, k, v, m, 1 / scale)),
+        (HINT_CONTEXT_MEAN, context("mean")),
+        (HINT_CONTEXT_MEAN, context("masked mean")),
+        (HINT_CONTEXT_MEAN_OF_PRODUCTS, context("mean of products")),
+        (HINT_CONTEXT_KEYS, context("keys")),
+    ]
+
+
+def _build_attend_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, S, D, Dv = int(args["B"]), int(args["S"]), int(args["D"]), int(args["Dv"])
+    query = _normal(gen, (B, D), 1.0, dtype)
+    keys = _normal(gen, (B, S, D), 1.0, dtype)
+    values = _normal(gen, (B, S, Dv), 1.0, dtype)
+    mask = torch.tensor(args["mask"], dtype=torch.bool).reshape(B, S)
+    return query, keys, values, mask, float(args["scale"])
+
+
+def masked_attention(
+    query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    """Task 3.2's reference: :func:`coursepkg.attention.attend`.
+
+    Args:
+        query: (B, D); keys: (B, S, D); values: (B, S, Dv); mask: (B, S), True = may attend;
+        scale: multiplies the scores.
+
+    Returns:
+        ``(context (B, Dv), weights (B, S))``.
+    """
+    return attention.attend(query, keys, values, mask, scale)
+
+
+def _attend_to_plain(value: object) -> list[dict]:
+    return _parts_plain(value, ("context", "weights"))
+
+
+def _attend_shape_hint(got: list, expected: list, k: int) -> str:
+    (B, Dv), (_, S) = expected
+    if got[0] == (B, S) and got[1] == (B, Dv):
+        return HINT_PAIR_ORDER
+    if k == 1:
+        return _weights_shape_hint(got[1], expected[1])
+    shape = got[0]
+    if shape == (B, B, Dv):
+        return HINT_CONTEXT_BATCH
+    if shape == (B, S, Dv):
+        return HINT_CONTEXT_NOT_SUMMED
+    if shape == (B, 1, Dv):
+        return HINT_CONTEXT_KEEPDIM
+    if len(shape) == 2 and shape[0] == B:
+        return HINT_CONTEXT_KEYS  # (B, D): the keys averaged
+    return HINT_CONTEXT_SHAPE
+
+
+def _judge_attend(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_attend_args(args)
+
+    def swapped() -> tuple[Tensor, Tensor]:
+        context, weights = masked_attention(*inputs)
+        return weights, context
+
+    def variants() -> list[Variant]:
+        known = [(hint, lambda f=f: f(*inputs), "") for hint, f in _attention_mistakes()]
+        return [(HINT_PAIR_ORDER, swapped, ""), *known]
+
+    return _judge_parts(list(got), list(expected), ("context", "weights"), args["dtype"],
+                        variants, _attend_shape_hint, HINT_ATTEND_GENERIC)
+
+
+def _mask(*rows: str) -> list[list[bool]]:
+    """``_mask("110", "100")`` -> [[True, True, False], [True, False, False]]."""
+    return [[ch == "1" for ch in row] for row in rows]
+
+
+def _attend_case(name: str, seed: int, D: int, Dv: int, mask: list[list[bool]], scale: float,
+                 *, dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": len(mask), "S": len(mask[0]), "D": D, "Dv": Dv, "mask": mask,
+            "scale": scale, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_ATTEND_CASES = (
+    _attend_case("2 rows of 4 keys; the second row may attend to one key only", 321, 3, 5,
+                 _mask("1101", "0010"), 3**-0.5),
+    _attend_case("a right-padded batch, lengths [5, 3, 1]", 322, 4, 2,
+                 _mask("11111", "11100", "10000"), 0.5),
+    _attend_case("no key masked", 323, 2, 3, _mask("111", "111", "111"), 1.0),
+    _attend_case("values as wide as the keys (Dv = D)", 324, 4, 4,
+                 _mask("101101", "011010"), 0.5),
+    _attend_case("hidden: float64, a padded batch with a full row", 331, 3, 6,
+                 _mask("1100000", "1111111", "1111000", "1000000"), 3**-0.5, dtype="float64",
+                 hidden=True),
+    _attend_case("hidden: a batch of one", 332, 5, 3, _mask("01101"), 0.5, hidden=True),
+    _attend_case("hidden: a single key", 333, 3, 4, _mask("1", "1", "1"), 3**-0.5, hidden=True),
+    _attend_case("hidden: one allowed key per row", 334, 2, 5,
+                 _mask("0010", "1000", "0001"), 1.0, hidden=True),
+)
+
+register(
+    Task(
+        id="3.2",
+        assignment=ASSIGNMENT,
+        func_name="masked_attention",
+        title="Dot-product attention with a mask: the context and the weights",
+        cases=_ATTEND_CASES,
+        build_args=_build_attend_args,
+        reference=masked_attention,
+        to_plain=_attend_to_plain,
+        judge=_judge_attend,
+        forbidden=_NO_ATTENTION_LIBRARIES,
+        error_hints={
+            "RuntimeError": _SCORES_RUNTIME_HINT + " The context is weights.unsqueeze(1) @ "
+            "values, (B, 1, S) @ (B, S, Dv) -> (B, 1, Dv), then .squeeze(1).",
+            "CheckError": "Return a pair (context, weights) of tensors.",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 3.3 additive_scores
+# --------------------------------------------------------------------------------------------
+
+HINT_ADDITIVE_NO_TANH = (
+    "Apply tanh to the sum W_q q + W_k k_s + b before the product with v: without it the "
+    "score is linear, v . W_q q + v . W_k k_s + v . b, and the query's part is the same for "
+    "every key, so it cannot change the weights at all."
+)
+HINT_ADDITIVE_NO_BIAS = (
+    "Add the bias inside the tanh: tanh((query @ w_q.T).unsqueeze(1) + keys @ w_k.T + bias). "
+    "Without it every hidden unit's threshold is stuck at 0."
+)
+HINT_ADDITIVE_BIAS_OUTSIDE = (
+    "The bias goes inside the tanh, with the two projections: tanh(W_q q + W_k k_s + b), not "
+    "tanh(W_q q + W_k k_s) + b."
+)
+HINT_ADDITIVE_TANH_SPLIT = (
+    "Take one tanh of the whole sum, tanh(W_q q + W_k k_s + b): the query and the key meet "
+    "inside the nonlinearity. A tanh on each projection separately makes the score a sum of "
+    "a query part and a key part again."
+)
+HINT_ADDITIVE_V_INSIDE = (
+    "v multiplies the tanh, it is not inside it: score = tanh(W_q q + W_k k_s + b) @ v."
+)
+HINT_ADDITIVE_NO_V = (
+    "Reduce the Hd hidden units to one score with the vector v, tanh(...) @ v, not with a "
+    "plain sum or mean: v is a learned parameter of the score."
+)
+HINT_ADDITIVE_SOFTMAX = (
+    "Return the scores, not the weights: the softmax (and the mask) come after the score, in "
+    "attention itself (task 3.2)."
+)
+HINT_ADDITIVE_NONLINEARITY = "The additive score uses tanh (Bahdanau et al.), not relu or sigmoid."
+HINT_ADDITIVE_SWAPPED = (
+    "w_q projects the query and w_k the keys, not the other way round: query @ w_q.T and "
+    "keys @ w_k.T."
+)
+HINT_ADDITIVE_TRANSPOSE = (
+    "Multiply by the transposed weights: w_q is (Hd, Dq) and w_k (Hd, Dk), one row per hidden "
+    "unit, so the projections are query @ w_q.T and keys @ w_k.T."
+)
+HINT_ADDITIVE_SHAPE = "Return one score per key, (B, S)."
+HINT_ADDITIVE_GENERIC = (
+    "score[b, s] = v . tanh(w_q @ query[b] + w_k @ keys[b, s] + bias): for the whole batch, "
+    "torch.tanh((query @ w_q.T).unsqueeze(1) + keys @ w_k.T + bias) @ v."
+)
+
+
+def _build_additive_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, S = int(args["B"]), int(args["S"])
+    Dq, Dk, Hd = int(args["Dq"]), int(args["Dk"]), int(args["Hd"])
+    query = _normal(gen, (B, Dq), 1.0, dtype)
+    keys = _normal(gen, (B, S, Dk), 1.0, dtype)
+    w_q = _normal(gen, (Hd, Dq), 1 / math.sqrt(Dq), dtype)
+    w_k = _normal(gen, (Hd, Dk), 1 / math.sqrt(Dk), dtype)
+    v = _normal(gen, (Hd,), 1.0, dtype)
+    bias = _normal(gen, (Hd,), 0.5, dtype)
+    return query, keys, w_q, w_k, v, bias
+
+
+def _additive_to_plain(value: object) -> dict:
+    return _tensor_plain(value, "the scores")
+
+
+def _additive_variants(inputs: tuple) -> list[Variant]:
+    query, keys, w_q, w_k, v, bias = inputs
+    tanh = torch.tanh
+    q = (query @ w_q.T).unsqueeze(1)  # (B, 1, Hd)
+    k = keys @ w_k.T  # (B, S, Hd)
+    hidden = q + k + bias  # (B, S, Hd)
+
+    def projections(q_weight: Tensor, k_weight: Tensor, q_in: Tensor = query,
+                    k_in: Tensor = keys) -> Tensor:
+        return tanh((q_in @ q_weight).unsqueeze(1) + k_in @ k_weight + bias) @ v
+
+    def one(f: Callable[[], Tensor]) -> Callable[[], tuple[Tensor]]:
+        return lambda: (f(),)
+
+    return [
+        (HINT_ADDITIVE_NO_TANH, one(lambda: hidden @ v), ""),
+        (HINT_ADDITIVE_NO_BIAS, one(lambda: tanh(q + k) @ v), ""),
+        (HINT_ADDITIVE_BIAS_OUTSIDE, one(lambda: (tanh(q + k) + bias) @ v), ""),
+        (HINT_ADDITIVE_TANH_SPLIT, one(lambda: (tanh(q) + tanh(k) + bias) @ v), ""),
+        (HINT_ADDITIVE_TANH_SPLIT, one(lambda: (tanh(q) + tanh(k + bias)) @ v), ""),
+        (HINT_ADDITIVE_TANH_SPLIT, one(lambda: (tanh(q + bias) + tanh(k)) @ v), ""),
+        (HINT_ADDITIVE_V_INSIDE, one(lambda: tanh(hidden @ v)), ""),
+        (HINT_ADDITIVE_NO_V, one(lambda: tanh(hidden).sum(dim=-1)), ""),
+        (HINT_ADDITIVE_NO_V, one(lambda: tanh(hidden).mean(dim=-1)), ""),
+        (HINT_ADDITIVE_SOFTMAX, one(lambda: torch.softmax(tanh(hidden) @ v, dim=-1)), ""),
+        (HINT_ADDITIVE_NONLINEARITY, one(lambda: torch.relu(hidden) @ v), ""),
+        (HINT_ADDITIVE_NONLINEARITY, one(lambda: torch.sigmoid(hidden) @ v), ""),
+        (HINT_ADDITIVE_SWAPPED, one(lambda: projections(w_k.T, w_q.T)), ""),
+        (HINT_ADDITIVE_TRANSPOSE, one(lambda: projections(w_q, w_k.T)), ""),
+        (HINT_ADDITIVE_TRANSPOSE, one(lambda: projections(w_q.T, w_k)), ""),
+        (HINT_ADDITIVE_TRANSPOSE, one(lambda: projections(w_q, w_k)), ""),
+        (HINT_ADDITIVE_SWAPPED, one(lambda: projections(w_k, w_q)), ""),
+        (HINT_QUERY_BROADCAST, one(lambda: tanh((query @ w_q.T).unsqueeze(0) + hidden - q) @ v),
+         ""),
+    ]
+
+
+def _additive_shape_hint(got: list, expected: list, k: int) -> str:
+    B, S = expected[0]
+    shape = got[0]
+    if len(shape) == 3 and shape[:2] == (B, S):
+        return HINT_ADDITIVE_NO_V
+    if shape in ((B, B, S), (B, S, B)):
+        return HINT_ALL_PAIRS
+    if shape == (B, B):
+        return HINT_QUERY_BROADCAST  # a single key: (B, Hd) + (B, 1, Hd) is (B, B, Hd)
+    if len(shape) < 2 and math.prod(shape) == B * S:
+        return HINT_SQUEEZE_ALL
+    return HINT_ADDITIVE_SHAPE
+
+
+def _judge_additive(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_additive_args(args)
+    return _judge_parts([got], [expected], ("scores",), args["dtype"],
+                        lambda: _additive_variants(inputs), _additive_shape_hint,
+                        HINT_ADDITIVE_GENERIC)
+
+
+def _additive_case(name: str, seed: int, B: int, S: int, Dq: int, Dk: int, Hd: int, *,
+                   dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": B, "S": S, "Dq": Dq, "Dk": Dk, "Hd": Hd, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_ADDITIVE_CASES = (
+    _additive_case("2 rows of 5 keys; Dq = 3, Dk = 4, Hd = 6", 341, 2, 5, 3, 4, 6),
+    _additive_case("every width 4 (Dq = Dk = Hd), 3 rows of 3 keys", 342, 3, 3, 4, 4, 4),
+    _additive_case("the decoder's widths: Dk = 2 Dq, Hd = Dq", 343, 4, 6, 5, 10, 5),
+    _additive_case("hidden: float64", 351, 3, 4, 2, 6, 5, dtype="float64", hidden=True),
+    _additive_case("hidden: a batch of one", 352, 1, 5, 3, 3, 4, hidden=True),
+    _additive_case("hidden: a single key", 353, 3, 1, 4, 2, 3, hidden=True),
+    _additive_case("hidden: larger sizes", 354, 8, 12, 16, 32, 24, hidden=True),
+)
+
+register(
+    Task(
+        id="3.3",
+        assignment=ASSIGNMENT,
+        func_name="additive_scores",
+        title="The additive (MLP, Bahdanau) score v^T tanh(W_q q + W_k k + b) of every key",
+        cases=_ADDITIVE_CASES,
+        build_args=_build_additive_args,
+        reference=attention.additive_scores,
+        to_plain=_additive_to_plain,
+        judge=_judge_additive,
+        forbidden=_NO_ATTENTION_LIBRARIES,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "w_q is (Hd, Dq) and w_k (Hd, Dk), so query @ w_q.T is (B, Hd) and keys @ w_k.T "
+            "(B, S, Hd); give the query's projection a key axis, .unsqueeze(1), to add it to "
+            "every key's.",
+            "CheckError": "Return the (B, S) tensor of scores.",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 3.4 decoder_step
+# --------------------------------------------------------------------------------------------
+
+HINT_STEP_QUERY_CELL = (
+    "The query is the previous hidden state h_prev, not the cell state c_prev: state is the "
+    "pair (h_prev, c_prev)."
+)
+HINT_STEP_QUERY_EMBEDDING = (
+    "The query is the decoder's previous hidden state h_prev, which knows what has been "
+    "written so far, not the embedding of the previous token."
+)
+HINT_STEP_MASK = (
+    "Pass the mask to the attention: padded source positions (mask False) must get weight 0."
+)
+HINT_STEP_SCALE = (
+    "Scale the scores by 1 / sqrt(Hs), Hs the width of h_prev and of the keys (as the "
+    "Seq2Seq model does): masked_attention(h_prev, keys, encoder_states, mask, "
+    "h_prev.shape[-1] ** -0.5)."
+)
+HINT_STEP_KEYS = (
+    "Project the encoder states to keys first, keys = encoder_states @ key_proj.T (B, S, Hs); "
+    "the values are the encoder states themselves."
+)
+HINT_STEP_VALUES = (
+    "The values are the encoder states (B, S, Dv), not the projected keys: the context "
+    "averages what the encoder computed."
+)
+HINT_STEP_INPUT_ORDER = (
+    "The LSTM's input is torch.cat([embedding, context], dim=-1), the embedding first: the "
+    "columns of weight_ih follow that order."
+)
+HINT_STEP_CONTEXT_MEAN = (
+    "The context is the attention's weighted average of the encoder states, not their plain "
+    "mean: that is what lets each step look at a different part of the source."
+)
+HINT_STEP_NEW_STATE = (
+    "Return the context (and weights) that you fed to the LSTM, computed from h_prev; do not "
+    "attend again with the new state h_t."
+)
+HINT_STEP_STATE_ORDER = "Return (h_t, c_t, context, weights) in that order: h_t before c_t."
+HINT_STEP_ATTENTION_WRONG = (
+    "The step is wired right but the attention in it is not: your results are those of a "
+    "masked_attention with a mistake. Make masked_attention pass task 3.2, then call it here."
+)
+HINT_STEP_SHAPE = (
+    "Return (h_t, c_t, context, weights): h_t and c_t (B, Hs), context (B, Dv) like one "
+    "encoder state, weights (B, S)."
+)
+HINT_STEP_GENERIC = (
+    "keys = encoder_states @ key_proj.T; context, weights = masked_attention(h_prev, keys, "
+    "encoder_states, mask, h_prev.shape[-1] ** -0.5); h_t, c_t = lstm_step(torch.cat("
+    "[embedding, context], dim=-1), (h_prev, c_prev), *lstm_params)."
+)
+_STEP_NAMES = ("h_t", "c_t", "context", "weights")
+
+
+def _build_step_args(args: dict) -> tuple:
+    gen, dtype = _generator(args)
+    B, S, E = int(args["B"]), int(args["S"]), int(args["E"])
+    Hs, Dv = int(args["Hs"]), int(args["Dv"])
+    embedding = _normal(gen, (B, E), 1.0, dtype)
+    h_prev = torch.tanh(_normal(gen, (B, Hs), 1.5, dtype))
+    c_prev = _normal(gen, (B, Hs), 1.0, dtype)
+    encoder_states = torch.tanh(_normal(gen, (B, S, Dv), 1.5, dtype))
+    key_proj = _normal(gen, (Hs, Dv), 2.0, dtype)
+    lstm_params = _cell_parameters(gen, 4, E + Dv, Hs, dtype)
+    lengths = torch.tensor(args["lengths"])
+    mask = torch.arange(S)[None, :] < lengths[:, None]  # (B, S)
+    return embedding, (h_prev, c_prev), encoder_states, mask, key_proj, lstm_params
+
+
+def decoder_step(
+    embedding: Tensor,
+    state: tuple[Tensor, Tensor],
+    encoder_states: Tensor,
+    mask: Tensor,
+    key_proj: Tensor,
+    lstm_params: tuple[Tensor, Tensor, Tensor, Tensor],
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Task 3.4's reference: one step of :class:`coursepkg.attention.Seq2Seq` (``"dot"``).
+
+    Args:
+        embedding: (B, E) the embedding of the previous target token.
+        state: ``(h_prev, c_prev)``, each (B, Hs), the decoder's state.
+        encoder_states: (B, S, Dv) the keys' sources and the values.
+        mask: (B, S) True on real source positions.
+        key_proj: (Hs, Dv): keys = encoder_states @ key_proj.T.
+        lstm_params: ``(weight_ih (4 Hs, E + Dv), weight_hh (4 Hs, Hs), bias_ih, bias_hh)``.
+
+    Returns:
+        ``(h_t, c_t, context, weights)``: (B, Hs), (B, Hs), (B, Dv), (B, S).
+    """
+    h_prev, _ = state
+    keys = encoder_states @ key_proj.T  # (B, S, Hs)
+    context, weights = attention.attend(h_prev, keys, encoder_states, mask,
+                                        scale=h_prev.shape[-1] ** -0.5)
+    x_t = torch.cat([embedding, context], dim=-1)  # (B, E + Dv)
+    h_t, c_t = rnn.lstm_step(x_t, state, *lstm_params)
+    return h_t, c_t, context, weights
+
+
+def _step_to_plain(value: object) -> list[dict]:
+    return _parts_plain(value, _STEP_NAMES)
+
+
+def _step_variants(inputs: tuple) -> list[Variant]:
+    embedding, (h_prev, c_prev), states, mask, key_proj, lstm_params = inputs
+    Hs, Dv = h_prev.shape[-1], states.shape[-1]
+    projected = states @ key_proj.T  # (B, S, Hs)
+
+    def step(*, query: Tensor = h_prev, keys: Tensor = projected, values: Tensor = states,
+             use_mask: Tensor = mask, scale: float = Hs**-0.5, attend: _Attend = masked_attention,
+             order: str = "ec", again: bool = False, swap: bool = False,
+             context_of: Callable[[Tensor, Tensor], Tensor] | None = None):
+        def compute() -> tuple[Tensor, ...]:
+            context, weights = attend(query, keys, values, use_mask, scale)
+            if context_of is not None:
+                context = context_of(weights, values)
+            parts = [embedding, context] if order == "ec" else [context, embedding]
+            h_t, c_t = rnn.lstm_step(torch.cat(parts, dim=-1), (h_prev, c_prev), *lstm_params)
+            if again:
+                context, weights = masked_attention(h_t, keys, values, use_mask, scale)
+            return (c_t, h_t, context, weights) if swap else (h_t, c_t, context, weights)
+        return compute
+
+    def mean(masked: bool) -> Callable[[Tensor, Tensor], Tensor]:
+        def context_of(weights: Tensor, values: Tensor) -> Tensor:
+            if masked:
+                return _weighted(_one_per_row(mask).to(values.dtype), values)
+            return values.mean(dim=1)
+        return context_of
+
+    variants: list[Variant] = [
+        (HINT_STEP_QUERY_CELL, step(query=c_prev), ""),
+        (HINT_STEP_QUERY_EMBEDDING, step(query=embedding), ""),
+        (HINT_STEP_MASK, step(use_mask=torch.ones_like(mask)), ""),
+        (HINT_STEP_SCALE, step(scale=1.0), ""),
+        (HINT_STEP_SCALE, step(scale=Dv**-0.5), ""),
+        (HINT_STEP_KEYS, step(keys=states), ""),
+        (HINT_STEP_VALUES, step(values=projected), ""),
+        (HINT_STEP_INPUT_ORDER, step(order="ce"), ""),
+        (HINT_STEP_CONTEXT_MEAN, step(context_of=mean(masked=False)), ""),
+        (HINT_STEP_CONTEXT_MEAN, step(context_of=mean(masked=True)), ""),
+        (HINT_STEP_NEW_STATE, step(again=True), ""),
+        (HINT_STEP_STATE_ORDER, step(swap=True), ""),
+    ]
+    for hint, wrong in _attention_mistakes():
+        variants.append((f"{HINT_STEP_ATTENTION_WRONG} {hint}", step(attend=wrong), ""))
+    return variants
+
+
+def _step_shape_hint(got: list, expected: list, k: int) -> str:
+    if k == 3:
+        return _weights_shape_hint(got[3], expected[3])
+    B, Dv = expected[2]
+    if k == 2 and len(got[2]) == 2 and got[2][0] == B:
+        return HINT_STEP_VALUES  # (B, Hs): the projected keys averaged
+    return HINT_STEP_SHAPE
+
+
+def _judge_step(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_step_args(args)
+    return _judge_parts(list(got), list(expected), _STEP_NAMES, args["dtype"],
+                        lambda: _step_variants(inputs), _step_shape_hint, HINT_STEP_GENERIC)
+
+
+def _step_case(name: str, seed: int, lengths: list[int], S: int, E: int, Hs: int, Dv: int, *,
+               dtype: str = "float32", hidden: bool = False) -> Case:
+    args = {"seed": seed, "B": len(lengths), "S": S, "E": E, "Hs": Hs, "Dv": Dv,
+            "lengths": lengths, "dtype": dtype}
+    return Case(name, 1, args, hidden)
+
+
+_STEP_CASES = (
+    _step_case("2 sources of lengths [5, 3]; E = 3, Hs = 4, Dv = 6", 361, [5, 3], 5, 3, 4, 6),
+    _step_case("every width 4 (E = Hs = Dv), lengths [4, 2, 3]", 362, [4, 2, 3], 4, 4, 4, 4),
+    _step_case("the model's widths, Dv = 2 Hs; lengths [6, 1, 4, 2]", 363, [6, 1, 4, 2], 6, 5,
+               3, 6),
+    _step_case("hidden: float64", 371, [3, 5, 2], 5, 4, 6, 12, dtype="float64", hidden=True),
+    _step_case("hidden: a batch of one", 372, [4], 6, 3, 5, 10, hidden=True),
+    _step_case("hidden: a one-token source", 373, [1, 1], 1, 4, 3, 6, hidden=True),
+    _step_case("hidden: larger sizes", 374, [12, 3, 7, 12, 1, 9, 10, 5], 12, 8, 16, 32,
+               hidden=True),
+    _step_case("hidden: no padding", 375, [5, 5, 5], 5, 2, 4, 8, hidden=True),
+)
+
+register(
+    Task(
+        id="3.4",
+        assignment=ASSIGNMENT,
+        func_name="decoder_step",
+        title="One decoder step: attend with the previous state, feed the context to the LSTM",
+        cases=_STEP_CASES,
+        build_args=_build_step_args,
+        reference=decoder_step,
+        to_plain=_step_to_plain,
+        judge=_judge_step,
+        forbidden=_NO_LIBRARIES_FOR_THE_STEP,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "keys = encoder_states @ key_proj.T is (B, S, Hs), to compare with h_prev (B, Hs); "
+            "the context is (B, Dv); the LSTM's input is torch.cat([embedding, context], "
+            "dim=-1), (B, E + Dv), the width weight_ih (4 Hs, E + Dv) expects.",
+            "ValueError": "Unpacking failed: state is the pair (h_prev, c_prev), lstm_params "
+            "the four tensors (weight_ih, weight_hh, bias_ih, bias_hh), and masked_attention "
+            "returns the pair (context, weights).",
+            "NameError": "A name is not defined: call masked_attention from task 3.2 and "
+            "lstm_step (imported from coursepkg.rnn at the top); run those cells first.",
+            "CheckError": "Return the four tensors (h_t, c_t, context, weights).",
+        },
+    )
+)
