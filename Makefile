@@ -20,7 +20,7 @@ help:
 	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
-	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn ...)"
+	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
 	@echo "make clean      remove _build; make distclean also removes .venv"
 
 venv: $(STAMP)
