@@ -26,7 +26,28 @@ from torch import Tensor, nn
 
 from coursepkg.rnn import LSTM, lstm_step, pool
 
-__all__ = ["AdditiveAttention", "Seq2Seq", "additive_scores", "attend", "weighted_average"]
+__all__ = [
+    "AdditiveAttention",
+    "Seq2Seq",
+    "additive_scores",
+    "attend",
+    "check_mask_fits",
+    "weighted_average",
+]
+
+
+def check_mask_fits(mask: Tensor, scores_shape: torch.Size) -> None:
+    """Raise a ValueError naming both shapes unless ``mask`` broadcasts to the scores' shape
+    (and would not grow it)."""
+    try:
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)}"
+        )
 
 
 def weighted_average(
@@ -50,15 +71,7 @@ def weighted_average(
             f"{tuple(values.shape)}"
         )
     if mask is not None:
-        try:
-            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-                f"{tuple(scores.shape)}"
-            )
+        check_mask_fits(mask, scores.shape)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, S)
     context = (weights.unsqueeze(1) @ values).squeeze(1)  # (B, 1, S) @ (B, S, Dv) -> (B, Dv)

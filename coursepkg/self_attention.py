@@ -22,6 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from coursepkg.attention import check_mask_fits
+
 __all__ = ["SelfAttention", "causal_mask", "scaled_dot_product_attention"]
 
 
@@ -62,15 +64,7 @@ def scaled_dot_product_attention(
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     if mask is not None:
         _check_mask(mask)
-        try:
-            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-                f"(..., T, S) = {tuple(scores.shape)}"
-            )
+        check_mask_fits(mask, scores.shape)  # (..., T, S)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     return weights @ v, weights  # (..., T, Dv), (..., T, S)

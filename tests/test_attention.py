@@ -43,15 +43,6 @@ def random_mask(B: int, S: int, seed: int) -> torch.Tensor:
     return mask
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: one intra-op thread is faster, and far faster under contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------- references
 def softmax_by_hand(scores: dict[int, float], S: int) -> list[float]:
     """Softmax of the scores of the allowed keys, with math.exp; 0 for every other key."""

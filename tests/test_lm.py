@@ -12,15 +12,6 @@ from coursepkg.lm import TrainHistory, evaluate, generate, get_batch, train
 from coursepkg.rnn import RNNLM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on a shared, busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

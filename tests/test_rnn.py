@@ -26,15 +26,6 @@ SMALL = settings(max_examples=12, deadline=None, derandomize=True)
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on a shared, busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
