@@ -81,6 +81,9 @@ class MultiHeadAttention(nn.Module):
         self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True
     ) -> None:
         super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
@@ -130,6 +133,16 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"expected {name} of shape (B, length, {self.d_model}), got {tuple(x.shape)}"
                 )
+        if not query.shape[0] == key.shape[0] == value.shape[0]:
+            raise ValueError(
+                "query, key and value need the same batch size B, got query "
+                f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(
+                f"key and value need the same length S, got key {tuple(key.shape)} and value "
+                f"{tuple(value.shape)}"
+            )
         w_q, w_k, w_v = self.in_proj_weight.chunk(3)  # each (D, D)
         b_q, b_k, b_v = (
             self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
@@ -155,10 +168,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"expected a torch.nn.MultiheadAttention, got {type(m).__name__}")
         if not m.batch_first:
             raise ValueError("from_torch needs batch_first=True (the course is batch first)")
-        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
-            raise ValueError(
-                "from_torch supports equal q/k/v widths without add_bias_kv or add_zero_attn"
-            )
+        if not m._qkv_same_embed_dim:
+            raise ValueError("from_torch needs kdim == vdim == embed_dim (one in_proj_weight)")
+        if m.bias_k is not None:
+            raise ValueError("from_torch does not support add_bias_kv=True")
+        if m.add_zero_attn:
+            raise ValueError("from_torch does not support add_zero_attn=True")
         ours = cls(m.embed_dim, m.num_heads, dropout=m.dropout, bias=m.in_proj_bias is not None)
         ours.to(device=m.in_proj_weight.device, dtype=m.in_proj_weight.dtype)
         ours.load_state_dict(m.state_dict())
