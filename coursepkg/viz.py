@@ -22,6 +22,18 @@ Chapter 2 (RNNs and LSTMs):
 - :func:`plot_similarity_matrix`: a matrix of cosine similarities between labelled vectors.
 - :func:`rnn_lm_states` and :func:`rnn_state_explorer`: a widget to type a text and step through
   a recurrent language model's hidden state (or an LSTM's gates) and next-token predictions.
+
+Chapter 3 (attention):
+
+- :func:`markdown_table`: a small table of numbers, displayed as Markdown.
+- :func:`plot_accuracy_by_length`: accuracy of several models per bucket of input lengths.
+- :func:`plot_score_spread`: how the spread of dot, scaled-dot and additive scores grows with D.
+- :func:`plot_source_gradients`: how strongly a loss reaches each source token.
+- :func:`plot_attention` and :func:`plot_alignments`: heatmaps of attention weights (outputs x
+  source tokens).
+- :func:`ab_attention` and :func:`attention_lookup_explorer`: the A/B lookup of the lectures
+  computed with :func:`coursepkg.attention.attend`, and a widget to scale the query, move the B
+  and change the number of tokens.
 """
 
 from __future__ import annotations
@@ -36,19 +48,30 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from coursepkg.attention import attend
+
 __all__ = [
+    "AttentionLookupExplorer",
     "LanguageModel",
     "NGramExplorer",
     "RNNStateExplorer",
+    "ab_attention",
+    "attention_lookup_explorer",
+    "markdown_table",
     "next_word_distribution",
     "ngram_explorer",
+    "plot_accuracy_by_length",
     "plot_accuracy_vs_distance",
+    "plot_alignments",
+    "plot_attention",
     "plot_gradient_norms",
     "plot_loss_curves",
     "plot_lstm_gates",
     "plot_next_word_distribution",
     "plot_perplexity_vs_n",
+    "plot_score_spread",
     "plot_similarity_matrix",
+    "plot_source_gradients",
     "rnn_lm_states",
     "rnn_state_explorer",
 ]
@@ -801,3 +824,418 @@ def rnn_state_explorer(
     """
     return RNNStateExplorer(model, tokenizer, text=text, quantity=quantity, n_units=n_units,
                             top=top)
+
+
+# ------------------------------------------------------------------------ chapter 3: attention
+
+
+def markdown_table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], *, align: str | None = None
+) -> Any:
+    """A table to display in a notebook (and in the rendered book) as Markdown.
+
+    Args:
+        header: the column titles (Markdown, so ``$a_s$`` is typeset in the book).
+        rows: one sequence of cells per row, each cell already formatted as a string (numbers
+            are converted with ``str``).
+        align: one letter per column, ``"l"``, ``"c"`` or ``"r"`` (default: all right-aligned,
+            as numbers are).
+
+    Returns:
+        An :class:`IPython.display.Markdown` object whose ``data`` is a GitHub-style table;
+        display it as the last expression of a cell. The rendered book parses it when the cell
+        asks for the ``gfm`` Markdown format (cell metadata ``mystnb: markdown_format: gfm``).
+
+    Raises:
+        ValueError: if a row does not have one cell per column, or ``align`` is malformed.
+    """
+    from IPython.display import Markdown
+
+    align = "r" * len(header) if align is None else align
+    if len(align) != len(header) or set(align) - set("lcr"):
+        raise ValueError(f"align needs one of l, c, r per column ({len(header)}), got {align!r}")
+    rule = {"l": ":--", "c": ":-:", "r": "--:"}
+
+    def line(cells: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    lines = [line(header), "|" + "|".join(rule[a] for a in align) + "|"]
+    for index, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"row {index} has {len(row)} cells for {len(header)} columns")
+        lines.append(line(row))
+    return Markdown("\n".join(lines))
+
+
+def plot_accuracy_by_length(
+    buckets: Sequence[str],
+    curves: Mapping[str, Sequence[float]],
+    counts: Sequence[int] | None = None,
+    ax: Axes | None = None,
+    *,
+    xlabel: str = "length of the source (characters)",
+    ylabel: str = "exact-match accuracy",
+    title: str = "Accuracy against the length of the input",
+) -> Axes:
+    """One line per model: an accuracy for each bucket of input lengths.
+
+    Args:
+        buckets: the x tick labels, one per bucket (e.g. ``"8-10"``).
+        curves: label -> one accuracy in [0, 1] per bucket.
+        counts: how many test examples fall in each bucket, written under its tick label.
+        ax: the axes to draw into; a new figure is made when None.
+        xlabel: the x axis label.
+        ylabel: the y axis label.
+        title: the axes title.
+
+    Returns:
+        The axes, with one line per curve, y from 0 to 1 and a legend.
+
+    Raises:
+        ValueError: if a curve or ``counts`` does not have one value per bucket.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.5, 3.8), layout="constrained").subplots()
+    positions = list(range(len(buckets)))
+    for index, (label, values) in enumerate(curves.items()):
+        values = list(values)
+        if len(values) != len(buckets):
+            raise ValueError(f"curve {label!r} has {len(values)} values for {len(buckets)} buckets")
+        ax.plot(positions, values, marker="o", color=f"C{index % 10}", label=label)
+    labels = list(buckets)
+    if counts is not None:
+        if len(counts) != len(buckets):
+            raise ValueError(f"{len(counts)} counts for {len(buckets)} buckets")
+        labels = [f"{b}\n(n={n})" for b, n in zip(buckets, counts, strict=True)]
+    ax.set_xticks(positions, labels=labels, fontsize=8)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_score_spread(
+    dims: Sequence[int],
+    spreads: Mapping[str, Sequence[float]],
+    peaks: Mapping[str, Sequence[float]] | None = None,
+    *,
+    title: str = "Attention scores of random vectors against their dimension",
+) -> Figure:
+    """How spread out attention scores are, and how peaked their softmax, against the width D.
+
+    Args:
+        dims: the widths D on the x axis.
+        spreads: score name -> the standard deviation of the scores over the keys, per width.
+        peaks: score name -> the mean largest softmax weight, per width (a second panel).
+        title: the figure title.
+
+    Returns:
+        The figure: the spreads on log-log axes, and, when ``peaks`` is given, a second axes
+        with the largest weight (y from 0 to 1). One line per score name, same colour in both.
+
+    Raises:
+        ValueError: if a curve does not have one value per width.
+    """
+    panels = 1 if peaks is None else 2
+    fig = Figure(figsize=(4.2 * panels + 1.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    names = list(dict.fromkeys([*spreads, *(peaks or {})]))
+    for ax, curves, ylabel in zip(
+        axes, (spreads, peaks or {}),
+        ("standard deviation of the scores", "largest softmax weight"), strict=False,
+    ):
+        for label, values in curves.items():
+            values = list(values)
+            if len(values) != len(dims):
+                raise ValueError(f"curve {label!r} has {len(values)} values for {len(dims)} widths")
+            ax.plot(list(dims), values, marker="o", color=f"C{names.index(label) % 10}",
+                    label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(dims), labels=[str(d) for d in dims])
+        ax.set_xlabel("width D of queries and keys")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    if panels == 2:
+        axes[1].set_ylim(0.0, 1.02)
+    fig.suptitle(title)
+    return fig
+
+
+def plot_source_gradients(
+    norms: Mapping[str, Sequence[float]],
+    tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    *,
+    title: str = "How strongly the loss reaches each source token",
+    ylabel: str = "gradient norm (log scale)",
+) -> Axes:
+    """Gradient norms per source position, one line per model, on a log axis.
+
+    Args:
+        norms: label -> one norm per source position (e.g. of the loss's gradient with respect
+            to each token's embedding). Values that are not positive are left out.
+        tokens: labels for the positions (e.g. the characters of one example); the positions
+            1, 2, ... when None.
+        ax: the axes to draw into; a new figure is made when None.
+        title: the axes title.
+        ylabel: the y axis label.
+
+    Returns:
+        The axes, with a logarithmic y axis and a legend.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.5, 3.8), layout="constrained").subplots()
+    length = 0
+    for index, (label, values) in enumerate(norms.items()):
+        y = np.asarray(values, dtype=float)
+        y = np.where(y > 0, y, np.nan)
+        length = max(length, len(y))
+        ax.plot(np.arange(1, len(y) + 1), y, marker="o", markersize=3, color=f"C{index % 10}",
+                label=label)
+    labels = [str(s) for s in range(1, length + 1)] if tokens is None else [
+        _token_label(t) for t in tokens]
+    ax.set_xticks(range(1, len(labels) + 1), labels=labels, fontsize=7)
+    ax.set_xlabel("source position" if tokens is None else "source token")
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_attention(
+    weights: Any,
+    source: Sequence[str],
+    target: Sequence[str],
+    ax: Axes | None = None,
+    *,
+    title: str | None = None,
+) -> Axes:
+    """A heatmap of attention weights: one row per output step, one column per source token.
+
+    Args:
+        weights: (T, S) weights (array or tensor), row t the distribution of output step t over
+            the S source tokens.
+        source: the S source tokens (column labels).
+        target: the T output tokens (row labels).
+        ax: the axes to draw into; a new figure is made when None.
+        title: the axes title.
+
+    Returns:
+        The axes, with the weights drawn in greys from 0 (white) to 1 (black).
+
+    Raises:
+        ValueError: if the weights are not T x S for the given tokens.
+    """
+    matrix = _as_matrix(weights)
+    if matrix.shape != (len(target), len(source)):
+        raise ValueError(
+            f"expected {len(target)} x {len(source)} weights (target x source), got {matrix.shape}"
+        )
+    if ax is None:
+        ax = Figure(figsize=(0.28 * len(source) + 1.5, 0.28 * len(target) + 1.2),
+                    layout="constrained").subplots()
+    ax.imshow(matrix, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.set_xticks(range(len(source)), labels=[_token_label(t) for t in source], fontsize=8)
+    ax.set_yticks(range(len(target)), labels=[_token_label(t) for t in target], fontsize=8)
+    ax.tick_params(length=0)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_alignments(
+    examples: Sequence[tuple[Any, Sequence[str], Sequence[str]]],
+    *,
+    ncols: int = 2,
+    title: str | None = None,
+) -> Figure:
+    """Several attention heatmaps side by side (see :func:`plot_attention`).
+
+    Args:
+        examples: ``(weights (T, S), source tokens, target tokens)`` per panel; each panel is
+            titled with its source text.
+        ncols: panels per row.
+        title: the figure title.
+
+    Returns:
+        The figure, one axes per example (unused grid cells are removed).
+    """
+    if not examples:
+        raise ValueError("plot_alignments needs at least one example")
+    nrows = -(-len(examples) // ncols)
+    widest = max(len(source) for _, source, _ in examples)
+    tallest = max(len(target) for _, _, target in examples)
+    fig = Figure(figsize=(ncols * (0.22 * widest + 1.0), nrows * (0.22 * tallest + 1.0)),
+                 layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (weights, source, target) in zip(axes, examples, strict=False):
+        plot_attention(weights, source, target, ax, title="".join(source))
+    for ax in axes[len(examples):]:
+        fig.delaxes(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def ab_attention(
+    n_keys: int, b_position: int | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The A/B lookup of the attention chapter, computed with :func:`coursepkg.attention.attend`.
+
+    The sequence has ``n_keys`` tokens, all A = [1, 0] except one B = [0, 1] at
+    ``b_position`` (or none); each token's vector is both its key and its value, and the
+    query is ``[0, scale]``: "find the B's".
+
+    Args:
+        n_keys: S, the number of tokens.
+        b_position: where the B is (0-based), or None for a sequence of A's only.
+        scale: the second coordinate of the query.
+
+    Returns:
+        ``(keys, weights, output)``: keys (S, 2), weights (S,), output (2,).
+
+    Raises:
+        ValueError: if ``n_keys`` is not positive or ``b_position`` is outside the sequence.
+    """
+    if n_keys < 1:
+        raise ValueError(f"n_keys must be positive, got {n_keys}")
+    keys = torch.zeros(n_keys, 2, dtype=torch.float64)
+    keys[:, 0] = 1.0
+    if b_position is not None:
+        if not 0 <= b_position < n_keys:
+            raise ValueError(f"b_position must be in 0..{n_keys - 1} or None, got {b_position}")
+        keys[b_position] = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    query = torch.tensor([[0.0, scale]], dtype=torch.float64)  # (1, 2)
+    output, weights = attend(query, keys[None], keys[None])  # (1, 2), (1, S)
+    return keys, weights[0], output[0]
+
+
+class AttentionLookupExplorer(widgets.VBox):
+    """A widget on the A/B lookup: scale the query, move the B, change the number of tokens.
+
+    Build it with :func:`attention_lookup_explorer`. The left panel shows the attention weight
+    of every token; the right panel shows, in the plane of the two coordinates, the attention
+    output, the plain average of the tokens (a DAN) and the ideal answer ([0, 1] if there is a
+    B, [1, 0] if not). The controls are public attributes (``scale``, ``b_position``,
+    ``n_keys``, ``has_b``); changing any of them redraws :attr:`figure` and :attr:`image`.
+
+    Attributes:
+        figure: the matplotlib figure of the current lookup.
+        image: the image widget that shows ``figure``.
+        message: the weights and the output as text.
+        key_vectors, weights, output: the current lookup (keys (S, 2), weights (S,), output
+            (2,)), as returned by :func:`ab_attention`.
+    """
+
+    def __init__(
+        self, *, n_keys: int = 4, b_position: int = 2, scale: float = 1.0, max_keys: int = 40
+    ) -> None:
+        if not 1 <= n_keys <= max_keys:
+            raise ValueError(f"n_keys must be in 1..{max_keys}, got {n_keys}")
+        if not 0 <= b_position < n_keys:
+            raise ValueError(f"b_position must be in 0..{n_keys - 1}, got {b_position}")
+        self.scale = widgets.FloatSlider(value=scale, min=0.0, max=12.0, step=0.5,
+                                         description="query scale")
+        self.n_keys = widgets.IntSlider(value=n_keys, min=1, max=max_keys, description="tokens")
+        self.b_position = widgets.IntSlider(value=b_position, min=0, max=n_keys - 1,
+                                            description="B position")
+        self.has_b = widgets.Checkbox(value=True, description="the sequence has a B")
+        self.figure = Figure(figsize=(8.5, 3.6), layout="constrained")
+        self.image = widgets.Image(format="png")
+        self.message = widgets.HTML()
+        self._resizing = False  # True while n_keys moves the B slider: redraw once, at the end
+        self.n_keys.observe(self._on_n_keys, names="value")
+        for control in (self.scale, self.b_position, self.has_b):
+            control.observe(self._on_change, names="value")
+        super().__init__([widgets.HBox([self.scale, self.has_b]),
+                          widgets.HBox([self.n_keys, self.b_position]), self.image, self.message])
+        self.redraw()
+
+    def _on_n_keys(self, _change: dict) -> None:
+        self._resizing = True
+        try:
+            last = self.n_keys.value - 1
+            if self.b_position.value > last:
+                self.b_position.value = last  # before max shrinks, so the slider accepts it
+            self.b_position.max = last
+        finally:
+            self._resizing = False
+        self.redraw()
+
+    def _on_change(self, _change: dict) -> None:
+        if not self._resizing:
+            self.redraw()
+
+    def redraw(self) -> Figure:
+        """Recompute the lookup for the current controls, redraw, and return the figure."""
+        b_position = self.b_position.value if self.has_b.value else None
+        self.key_vectors, self.weights, self.output = ab_attention(
+            self.n_keys.value, b_position, self.scale.value
+        )
+        self.figure.clear()
+        bars_ax, plane_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1.0]})
+        n = self.n_keys.value
+        is_b = self.key_vectors[:, 1].numpy() > 0.5
+        weights = self.weights.numpy()
+        bars = bars_ax.bar(range(n), weights, color=np.where(is_b, "tab:orange", "tab:blue"))
+        if n <= 12:
+            bars_ax.bar_label(bars, labels=[f"{w:.3f}" for w in weights], padding=2, fontsize=7)
+        bars_ax.set_xticks(range(n), labels=["B" if b else "A" for b in is_b],
+                           fontsize=8 if n <= 20 else 6)
+        bars_ax.set_ylim(0.0, 1.12)
+        bars_ax.set_ylabel("attention weight $a_s$")
+        bars_ax.set_title(f"query [0, {self.scale.value:g}]: weights over the {n} tokens",
+                          fontsize=9)
+        mean = self.key_vectors.mean(dim=0).numpy()
+        ideal = np.array([0.0, 1.0]) if b_position is not None else np.array([1.0, 0.0])
+        out = self.output.numpy()
+        plane_ax.plot([1.0, 0.0], [0.0, 1.0], color="0.7", linewidth=1)
+        plane_ax.plot(*ideal, marker="*", markersize=14, color="tab:green", linestyle="none",
+                      label="ideal answer")
+        plane_ax.plot(*mean, marker="s", markersize=8, markerfacecolor="none", color="0.3",
+                      linestyle="none", label=f"average (DAN) [{mean[0]:.3f}, {mean[1]:.3f}]")
+        plane_ax.plot(*out, marker="o", markersize=8, color="tab:red", linestyle="none",
+                      label=f"attention [{out[0]:.3f}, {out[1]:.3f}]")
+        plane_ax.annotate("A = [1, 0]", (1.0, 0.0), xytext=(-10, 8), textcoords="offset points",
+                          ha="right", fontsize=8)
+        plane_ax.annotate("B = [0, 1]", (0.0, 1.0), xytext=(8, -3), textcoords="offset points",
+                          fontsize=8)
+        plane_ax.set_xlim(-0.1, 1.1)
+        plane_ax.set_ylim(-0.1, 1.1)
+        plane_ax.set_aspect("equal")
+        plane_ax.set_xlabel("output, coordinate 1 (A)")
+        plane_ax.set_ylabel("output, coordinate 2 (B)")
+        plane_ax.legend(fontsize=7, loc="upper right")
+        plane_ax.set_title("the output of the lookup", fontsize=9)
+        self.message.value = (
+            f"weight on the B: {weights[is_b].sum():.3f}; output [{out[0]:.3f}, {out[1]:.3f}]"
+            if b_position is not None
+            else f"no B: every weight is 1/{n}; output [{out[0]:.3f}, {out[1]:.3f}]"
+        )
+        self.image.value = _figure_png(self.figure)
+        return self.figure
+
+
+def attention_lookup_explorer(
+    *, n_keys: int = 4, b_position: int = 2, scale: float = 1.0, max_keys: int = 40
+) -> AttentionLookupExplorer:
+    """An interactive version of the A/B attention example.
+
+    Args:
+        n_keys: the initial number of tokens (A's and at most one B).
+        b_position: the initial position of the B (0-based).
+        scale: the initial query scale: the query is ``[0, scale]``.
+        max_keys: the largest number of tokens the slider allows.
+
+    Returns:
+        The widget; display it as the last expression of a notebook cell.
+    """
+    return AttentionLookupExplorer(n_keys=n_keys, b_position=b_position, scale=scale,
+                                   max_keys=max_keys)

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
-CHAPTERS = ["01_ngrams", "02_rnn"]
+CHAPTERS = ["01_ngrams", "02_rnn", "03_attention"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
@@ -97,13 +97,16 @@ def test_preface_attributes_the_corpus(built):
 def test_notation_page_lists_symbols_and_shape_letters(built):
     text = page_text(built / "book" / "notation.html")
     for needle in ("N_{1+}", "\\mathrm{PP}", "d_model", "n_heads", "Dh = D // H", "vocab_size",
-                   "weight_hh_l0", "hidden_size", "\\odot", "i_t, f_t, g_t, o_t", "num_layers"):
+                   "weight_hh_l0", "hidden_size", "\\odot", "i_t, f_t, g_t, o_t", "num_layers",
+                   "\\mathrm{ctx}", "a_{t,s}", "v_a", "\\bar h_s", "additive_scores",
+                   "AdditiveAttention", "Dv", "Hd", "SeqCodec.EOS"):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
 @pytest.mark.parametrize("name, formula", [
     ("01_ngrams", "\\prod_{i=1}^{L}"),  # the chain rule
     ("02_rnn", "c_t &= f_t \\odot c_{t-1} + i_t \\odot g_t"),  # the LSTM's cell update
+    ("03_attention", "\\mathrm{ctx} = \\sum_{s=1}^{S} a_s\\, v_s"),  # the soft lookup
 ])
 def test_chapter_has_typeset_math_served_locally(built, name, formula):
     source = chapter(name).read_text(encoding="utf-8")
@@ -119,7 +122,7 @@ def test_mathjax_is_shipped_with_the_book(built):
     assert any((mathjax / "output" / "chtml" / "fonts").rglob("*.woff")), "MathJax fonts missing"
 
 
-@pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6)])
+@pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5)])
 def test_chapter_has_real_figures(built, name, minimum):
     page = chapter(name)
     source = page.read_text(encoding="utf-8")
@@ -140,6 +143,9 @@ SHOWN_CODE = [
       ["pad", "ngrams", "NGramLM.prob", "NGramLM._kn_prob", "NGramLM.perplexity"]),
     *(("02_rnn", "rnn.py", name) for name in
       ["elman_step", "ElmanRNN.forward", "lstm_gates", "lstm_step", "pool", "RNNLM.forward"]),
+    *(("03_attention", "attention.py", name) for name in
+      ["Seq2Seq.encode", "Seq2Seq._decode", "attend", "weighted_average", "additive_scores",
+       "Seq2Seq._context"]),
 ]
 
 
@@ -153,7 +159,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
 
 
 @pytest.mark.parametrize("name, factory", [("01_ngrams", "viz.ngram_explorer("),
-                                           ("02_rnn", "viz.rnn_state_explorer(")])
+                                           ("02_rnn", "viz.rnn_state_explorer("),
+                                           ("03_attention", "viz.attention_lookup_explorer(")])
 def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
@@ -191,6 +198,8 @@ CITED = {
     "01_ngrams": {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"},
     "02_rnn": {"elman1990", "werbos1990", "bengio1994", "pascanu2013", "hochreiter1997",
                "gers2000", "schuster1997", "graves2013", "peters2018"},
+    "03_attention": {"sutskever2014", "cho2014", "cho2014properties", "bahdanau2015",
+                     "luong2015", "vaswani2017", "jain2019", "graves2014"},
 }
 
 
@@ -212,3 +221,25 @@ def test_citations_resolve_to_bibliography_entries(built, name):
     targets = set(re.findall(r'href="references\.html#([^"]+)"', page))
     assert len(targets) == len(cited_keys), "every cited work should link to its entry"
     assert targets <= entry_ids, f"citations without an entry: {targets - entry_ids}"
+
+
+def test_attention_chapter_reproduces_the_worked_example_as_tables(built):
+    source = chapter("03_attention").read_text(encoding="utf-8")
+    assert source.count("<table") >= 3, "the A/B example and the formats should be HTML tables"
+    text = page_text(chapter("03_attention"))
+    for needle in ("e/(3+e)\\) = 0.475", "1/(3+e)\\) = 0.175", "1/6", "1/2",  # both ways
+                   "attention output  [0.525, 0.475]", "DAN average       [0.750, 0.250]",
+                   "[0.000, 1.000]", "B followed by 99 A's"):
+        assert needle in text, f"the worked example should show {needle!r}"
+    tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
+    assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
+    assert 'class="math' in tables
+
+
+def test_attention_chapter_trains_the_dates_model_to_95_percent(built):
+    text = page_text(chapter("03_attention"))
+    found = dict(re.findall(r"(with(?:out)? attention): exact match on 1,000 held-out dates "
+                            r"(\d\.\d{3})", text))
+    assert set(found) == {"with attention", "without attention"}, found
+    assert float(found["with attention"]) >= 0.95
+    assert float(found["without attention"]) < float(found["with attention"])

@@ -370,3 +370,185 @@ def test_rnn_state_explorer_for_an_elman_model_and_bad_arguments():
         viz.rnn_state_explorer(model, tokenizer, text="ab", quantity="c")
     with pytest.raises(ValueError, match="positive"):
         viz.rnn_state_explorer(model, tokenizer, n_units=0)
+
+
+# ------------------------------------------------------------------------ chapter 3
+
+import math  # noqa: E402
+
+
+def test_markdown_table_writes_a_github_table():
+    table = viz.markdown_table(["token", "weight $a_s$"], [["A", "0.175"], ["B|C", 0.5]],
+                               align="lr")
+    assert table.data.splitlines() == [
+        "| token | weight $a_s$ |",
+        "|:--|--:|",
+        "| A | 0.175 |",
+        "| B\\|C | 0.5 |",  # a pipe inside a cell must not split it
+    ]
+    assert viz.markdown_table(["a", "b", "c"], []).data.splitlines()[1] == "|--:|--:|--:|"
+    assert viz.markdown_table(["a"], [["x"]], align="c").data.splitlines()[1] == "|:-:|"
+
+
+def test_markdown_table_rejects_ragged_rows_and_bad_alignment():
+    with pytest.raises(ValueError, match="row 1 has 1 cells for 2 columns"):
+        viz.markdown_table(["a", "b"], [["1", "2"], ["3"]])
+    with pytest.raises(ValueError, match="align"):
+        viz.markdown_table(["a", "b"], [], align="l")
+    with pytest.raises(ValueError, match="align"):
+        viz.markdown_table(["a", "b"], [], align="lx")
+
+
+def test_plot_accuracy_by_length_draws_one_line_per_model_with_counts_in_the_ticks():
+    ax = viz.plot_accuracy_by_length(["8-9", "10-13"], {"none": [0.5, 0.25], "attn": [1.0, 1.0]},
+                                     counts=[3, 7], title="dates")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == ["attn", "none"]
+    assert list(lines["none"].get_ydata()) == [0.5, 0.25]
+    assert list(lines["none"].get_xdata()) == [0, 1]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8-9\n(n=3)", "10-13\n(n=7)"]
+    assert ax.get_ylim()[0] < 0 < 1 < ax.get_ylim()[1]
+    assert ax.get_title() == "dates"
+    plain = viz.plot_accuracy_by_length(["a", "b"], {"m": [1.0, 0.0]})
+    assert [t.get_text() for t in plain.get_xticklabels()] == ["a", "b"]
+
+
+def test_plot_accuracy_by_length_checks_lengths():
+    with pytest.raises(ValueError, match="1 values for 2 buckets"):
+        viz.plot_accuracy_by_length(["a", "b"], {"m": [1.0]})
+    with pytest.raises(ValueError, match="1 counts for 2 buckets"):
+        viz.plot_accuracy_by_length(["a", "b"], {"m": [1.0, 0.5]}, counts=[4])
+
+
+def test_plot_score_spread_draws_spreads_and_peaks_in_matching_colours():
+    dims = [2, 8, 32]
+    spreads = {"dot": [1.4, 2.8, 5.7], "scaled dot": [1.0, 1.0, 1.0]}
+    peaks = {"dot": [0.3, 0.5, 0.8], "scaled dot": [0.2, 0.2, 0.2]}
+    fig = viz.plot_score_spread(dims, spreads, peaks, title="scores")
+    left, right = fig.axes
+    assert left.get_yscale() == "log" and left.get_xscale() == "log"
+    assert right.get_yscale() == "linear" and right.get_ylim() == (0.0, 1.02)
+    by_label = {line.get_label(): line for line in left.get_lines()}
+    assert list(by_label["dot"].get_ydata()) == spreads["dot"]
+    assert list(by_label["dot"].get_xdata()) == dims
+    right_lines = {line.get_label(): line for line in right.get_lines()}
+    assert list(right_lines["scaled dot"].get_ydata()) == peaks["scaled dot"]
+    assert right_lines["dot"].get_color() == by_label["dot"].get_color()
+    assert fig._suptitle.get_text() == "scores"
+    assert len(viz.plot_score_spread(dims, spreads).axes) == 1
+    with pytest.raises(ValueError, match="2 values for 3 widths"):
+        viz.plot_score_spread(dims, {"dot": [1.0, 2.0]})
+
+
+def test_plot_source_gradients_numbers_positions_from_one_and_skips_zeros():
+    ax = viz.plot_source_gradients({"none": [1e-3, 1e-6, 0.0], "attn": torch.tensor([1e-4] * 3)})
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["attn"].get_xdata()) == [1, 2, 3]
+    y = np.asarray(lines["none"].get_ydata(), dtype=float)
+    assert y[:2].tolist() == [1e-3, 1e-6] and np.isnan(y[2])
+    assert ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "3"]
+    assert ax.get_xlabel() == "source position"
+    labelled = viz.plot_source_gradients({"m": [1.0, 2.0]}, tokens=["a", " "])
+    assert [t.get_text() for t in labelled.get_xticklabels()] == ["a", "\u2423"]
+    assert labelled.get_xlabel() == "source token"
+
+
+def test_plot_attention_draws_the_weights_as_target_by_source():
+    weights = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.5, 0.5]])
+    ax = viz.plot_attention(weights, list("a b"), ["x", "</s>"], title="a b")
+    image = ax.images[0]
+    assert np.allclose(image.get_array(), weights.numpy())
+    assert image.get_clim() == (0.0, 1.0)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "\u2423", "b"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "</s>"]
+    assert ax.get_title() == "a b"
+    with pytest.raises(ValueError, match="2 x 2 weights"):
+        viz.plot_attention(weights, list("ab"), ["x", "y"])
+
+
+def test_plot_alignments_draws_one_titled_panel_per_example():
+    examples = [(np.eye(2), list("ab"), list("xy")),
+                (np.full((1, 3), 1 / 3), list("cde"), ["z"]),
+                (np.ones((1, 1)), ["f"], ["w"])]
+    fig = viz.plot_alignments(examples, ncols=2, title="where")
+    assert len(fig.axes) == 3  # the fourth cell of the 2 x 2 grid is removed
+    assert [ax.get_title() for ax in fig.axes] == ["ab", "cde", "f"]
+    assert np.allclose(fig.axes[1].images[0].get_array(), examples[1][0])
+    assert fig._suptitle.get_text() == "where"
+    with pytest.raises(ValueError, match="at least one"):
+        viz.plot_alignments([])
+
+
+def test_ab_attention_reproduces_the_lecture_example_exactly():
+    keys, weights, output = viz.ab_attention(4, 2, 1.0)
+    assert keys.tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+    e = math.e
+    assert torch.allclose(weights, torch.tensor([1, 1, e, 1], dtype=torch.float64) / (3 + e))
+    assert torch.allclose(output, torch.tensor([3 / (3 + e), e / (3 + e)], dtype=torch.float64))
+    _, sharp, near_b = viz.ab_attention(4, 2, 10.0)
+    assert sharp[2] == pytest.approx(math.exp(10) / (3 + math.exp(10)))
+    assert near_b[1] > 0.999
+    _, uniform, all_a = viz.ab_attention(5, None, 10.0)
+    assert torch.allclose(uniform, torch.full((5,), 0.2, dtype=torch.float64))
+    assert all_a.tolist() == [1.0, 0.0]
+
+
+def test_ab_attention_rejects_impossible_sequences():
+    with pytest.raises(ValueError, match="n_keys"):
+        viz.ab_attention(0, None, 1.0)
+    with pytest.raises(ValueError, match="b_position"):
+        viz.ab_attention(3, 3, 1.0)
+
+
+def test_attention_lookup_explorer_starts_on_the_lecture_example():
+    explorer = viz.attention_lookup_explorer()
+    assert (explorer.n_keys.value, explorer.b_position.value, explorer.scale.value) == (4, 2, 1.0)
+    assert explorer.b_position.max == 3
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+    bars_ax, plane_ax = explorer.figure.axes
+    assert [p.get_height() for p in bars_ax.patches] == pytest.approx(explorer.weights.tolist())
+    assert [t.get_text() for t in bars_ax.get_xticklabels()] == ["A", "A", "B", "A"]
+    assert [t.get_text() for t in bars_ax.texts] == ["0.175", "0.175", "0.475", "0.175"]
+    legend = [t.get_text() for t in plane_ax.get_legend().get_texts()]
+    assert legend == ["ideal answer", "average (DAN) [0.750, 0.250]", "attention [0.525, 0.475]"]
+    assert "0.475" in explorer.message.value
+
+
+def test_attention_lookup_explorer_redraws_when_each_control_changes():
+    explorer = viz.attention_lookup_explorer()
+    before = bytes(explorer.image.value)
+    explorer.scale.value = 10.0
+    assert explorer.weights[2] > 0.999
+    assert "[0, 10]" in explorer.figure.axes[0].get_title()
+    assert bytes(explorer.image.value) != before
+    explorer.b_position.value = 0
+    assert explorer.weights.argmax().item() == 0
+    assert [t.get_text() for t in explorer.figure.axes[0].get_xticklabels()][0] == "B"
+    explorer.has_b.value = False
+    assert torch.allclose(explorer.weights, torch.full((4,), 0.25, dtype=torch.float64))
+    assert "no B" in explorer.message.value
+    explorer.n_keys.value = 20
+    assert len(explorer.figure.axes[0].patches) == 20
+    assert len(explorer.figure.axes[0].texts) == 0  # too many bars to label each
+    assert len(explorer.figure.axes) == 2  # redraw replaces the panels, never stacks them
+
+
+def test_attention_lookup_explorer_moves_the_b_into_a_shorter_sequence_with_one_redraw(
+        monkeypatch):
+    explorer = viz.attention_lookup_explorer(n_keys=8, b_position=7, scale=2.0)
+    calls = []
+    original = viz.AttentionLookupExplorer.redraw
+    monkeypatch.setattr(viz.AttentionLookupExplorer, "redraw",
+                        lambda self: calls.append(self.b_position.value) or original(self))
+    explorer.n_keys.value = 3
+    assert explorer.b_position.value == 2 and explorer.b_position.max == 2
+    assert calls == [2]
+    assert explorer.key_vectors[2].tolist() == [0.0, 1.0]
+
+
+def test_attention_lookup_explorer_rejects_bad_starting_values():
+    with pytest.raises(ValueError, match="n_keys"):
+        viz.attention_lookup_explorer(n_keys=0)
+    with pytest.raises(ValueError, match="b_position"):
+        viz.attention_lookup_explorer(n_keys=3, b_position=3)
