@@ -34,27 +34,42 @@ Chapter 3 (attention):
 - :func:`ab_attention` and :func:`attention_lookup_explorer`: the A/B lookup of the lectures
   computed with :func:`coursepkg.attention.attend`, and a widget to scale the query, move the B
   and change the number of tokens.
+
+Chapter 4 (self-attention):
+
+- :func:`plot_attention_matrices`: a sentence's score and weight matrices (queries x keys) side
+  by side, masked scores shown as "−∞".
+- :func:`plot_against_width`: measurements (variance, largest weight, ...) against d_k.
+- :func:`plot_timings`: measured times against the sequence length, log-log, with n and n^2
+  guides.
+- :func:`word_vectors`, :func:`random_self_attention` and :func:`self_attention_explorer`: an
+  untrained self-attention head over a typed sentence, and a widget to switch the scaling by
+  sqrt(d_k) and the causal mask and to change d_k.
 """
 
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import ipywidgets as widgets
+import matplotlib
 import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from coursepkg.attention import attend
+from coursepkg.self_attention import causal_mask, scaled_dot_product_attention
 
 __all__ = [
     "AttentionLookupExplorer",
     "LanguageModel",
     "NGramExplorer",
     "RNNStateExplorer",
+    "SelfAttentionExplorer",
     "ab_attention",
     "attention_lookup_explorer",
     "markdown_table",
@@ -62,8 +77,10 @@ __all__ = [
     "ngram_explorer",
     "plot_accuracy_by_length",
     "plot_accuracy_vs_distance",
+    "plot_against_width",
     "plot_alignments",
     "plot_attention",
+    "plot_attention_matrices",
     "plot_gradient_norms",
     "plot_loss_curves",
     "plot_lstm_gates",
@@ -72,8 +89,12 @@ __all__ = [
     "plot_score_spread",
     "plot_similarity_matrix",
     "plot_source_gradients",
+    "plot_timings",
+    "random_self_attention",
     "rnn_lm_states",
     "rnn_state_explorer",
+    "self_attention_explorer",
+    "word_vectors",
 ]
 
 
@@ -1239,3 +1260,410 @@ def attention_lookup_explorer(
     """
     return AttentionLookupExplorer(n_keys=n_keys, b_position=b_position, scale=scale,
                                    max_keys=max_keys)
+
+
+# ------------------------------------------------------------------- chapter 4: self-attention
+
+_NEG_INF_LABEL = "\u2212\u221e"  # "−∞"
+
+
+def _square_panel(
+    ax: Axes, matrix: np.ndarray, tokens: Sequence[str], kind: str, annotate: bool, title: str
+) -> Any:
+    """Draw one (T, T) matrix of scores or weights, queries as rows, keys as columns."""
+    finite = np.isfinite(matrix)
+    if kind == "weights":
+        style = dict(cmap="Greys", vmin=0.0, vmax=1.0)
+    else:
+        bound = max(float(np.abs(matrix[finite]).max(initial=0.0)), 1e-6)
+        style = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+    shown = np.ma.masked_array(np.where(finite, matrix, 0.0), mask=~finite)
+    cmap = matplotlib.colormaps[style.pop("cmap")].with_extremes(bad="0.85")  # -inf: grey
+    image = ax.imshow(shown, cmap=cmap, aspect="equal", interpolation="nearest", **style)
+    if annotate:
+        for row in range(matrix.shape[0]):
+            for col in range(matrix.shape[1]):
+                value = matrix[row, col]
+                if not np.isfinite(value):
+                    text, dark = (_NEG_INF_LABEL if value < 0 else f"{value}"), False
+                else:
+                    text = "0" if value == 0 and kind == "weights" else f"{value:.2f}"
+                    level = value if kind == "weights" else abs(value) / style["vmax"]
+                    dark = level > 0.6
+                ax.text(col, row, text, ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+    labels = [_token_label(t) for t in tokens]
+    ax.set_xticks(range(len(tokens)), labels=labels, fontsize=8, rotation=45 * (len(tokens) > 8))
+    ax.set_yticks(range(len(tokens)), labels=labels, fontsize=8)
+    ax.set_xlabel("key (attended to)", fontsize=8)
+    ax.set_ylabel("query (attending)", fontsize=8)
+    ax.tick_params(length=0)
+    ax.set_title(title, fontsize=9)
+    return image
+
+
+def plot_attention_matrices(
+    tokens: Sequence[str],
+    *,
+    scores: Mapping[str, Any] | None = None,
+    weights: Mapping[str, Any] | None = None,
+    annotate: bool = True,
+    title: str | None = None,
+) -> Figure:
+    """Self-attention matrices of one sentence side by side: scores first, then weights.
+
+    Every panel has one row per query and one column per key (both are the sentence's tokens).
+    Scores are drawn in red (positive) and blue (negative), symmetric around 0; masked scores
+    (``-inf``) are light grey and labelled "−∞". Weights are drawn in greys from 0 (white) to 1
+    (black).
+
+    Args:
+        tokens: the T tokens of the sentence.
+        scores: panel title -> (T, T) scores (a tensor or an array; ``-inf`` where masked).
+        weights: panel title -> (T, T) weights, each row a distribution over the keys.
+        annotate: write every cell's value (2 decimals) into it.
+        title: the figure title.
+
+    Returns:
+        The figure: one axes per panel (scores, then weights, in the order given), each with a
+        colour bar, so ``2 * panels`` axes in all.
+
+    Raises:
+        ValueError: if there is no panel or a matrix is not T x T.
+    """
+    panels = [(name, matrix, "scores") for name, matrix in (scores or {}).items()]
+    panels += [(name, matrix, "weights") for name, matrix in (weights or {}).items()]
+    if not panels:
+        raise ValueError("plot_attention_matrices needs at least one matrix of scores or weights")
+    T = len(tokens)
+    size = 0.42 * T + 1.4
+    fig = Figure(figsize=(len(panels) * (size + 0.8), size + 0.4), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (name, matrix, kind) in zip(axes, panels, strict=True):
+        values = _as_matrix(matrix)
+        if values.shape != (T, T):
+            raise ValueError(f"panel {name!r}: expected {T} x {T} for {T} tokens, "
+                             f"got {values.shape}")
+        image = _square_panel(ax, values, tokens, kind, annotate, name)
+        fig.colorbar(image, ax=ax, pad=0.02, fraction=0.046, shrink=0.8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_against_width(
+    dims: Sequence[int],
+    panels: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    log_y: Sequence[str] = (),
+    references: Sequence[str] = (),
+    ncols: int = 2,
+    xlabel: str = "width $d_k$ of queries and keys",
+    title: str | None = None,
+) -> Figure:
+    """Several measurements against a width (e.g. d_k), one panel per measurement.
+
+    Args:
+        dims: the widths on the x axis (drawn on a log scale, base 2).
+        panels: panel y label -> (curve label -> one value per width). A curve label has the
+            same colour in every panel.
+        log_y: the panels (by y label) whose y axis is logarithmic; values that are not
+            positive are left out of those.
+        references: curve labels drawn as thin dashed grey lines without markers (e.g. the
+            theoretical value), not coloured like the measurements.
+        ncols: panels per row.
+        xlabel: the x axis label of every panel.
+        title: the figure title.
+
+    Returns:
+        The figure, one axes per panel (unused grid cells removed), each with a legend.
+
+    Raises:
+        ValueError: if there is no panel, a curve does not have one value per width, or
+            ``log_y`` names an unknown panel.
+    """
+    if not panels:
+        raise ValueError("plot_against_width needs at least one panel")
+    unknown = set(log_y) - set(panels)
+    if unknown:
+        raise ValueError(f"log_y names panels that do not exist: {sorted(unknown)}")
+    nrows = -(-len(panels) // ncols)
+    ncols = min(ncols, len(panels))
+    fig = Figure(figsize=(4.3 * ncols + 0.4, 3.4 * nrows + 0.5), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    measured = list(dict.fromkeys(label for curves in panels.values() for label in curves
+                                  if label not in references))
+    for ax, (ylabel, curves) in zip(axes, panels.items(), strict=False):
+        for label, values in curves.items():
+            y = np.asarray(list(values), dtype=float)
+            if len(y) != len(dims):
+                raise ValueError(
+                    f"curve {label!r} of {ylabel!r} has {len(y)} values for {len(dims)} widths"
+                )
+            if ylabel in log_y:
+                y = np.where(y > 0, y, np.nan)
+            if label in references:
+                ax.plot(list(dims), y, linestyle="--", color="0.5", linewidth=1, label=label)
+            else:
+                ax.plot(list(dims), y, marker="o", markersize=4,
+                        color=f"C{measured.index(label) % 10}", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(dims), labels=[str(d) for d in dims], fontsize=7)
+        ax.minorticks_off()
+        if ylabel in log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[len(panels):]:
+        fig.delaxes(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_timings(
+    lengths: Sequence[int],
+    times: Mapping[str, Sequence[float | None]],
+    ax: Axes | None = None,
+    *,
+    slopes: Mapping[int, str] | None = None,
+    ylabel: str = "time (s)",
+    title: str = "Time against sequence length",
+) -> Axes:
+    """Measured times against the sequence length on log-log axes, with slope guides.
+
+    Args:
+        lengths: the sequence lengths n on the x axis.
+        times: label -> one time per length; None (or a value that is not positive) where a
+            model was not measured at that length.
+        ax: the axes to draw into; a new figure is made when None.
+        slopes: power p -> the label of a curve; a grey line proportional to n^p (dotted for
+            p = 1, dash-dotted otherwise), labelled "∝ n^p", is drawn through that curve's last
+            measured point (e.g. ``{1: "LSTM", 2: "attention"}``).
+        ylabel: the y axis label.
+        title: the axes title.
+
+    Returns:
+        The axes, both scales logarithmic, one line per curve and per slope guide, a legend.
+
+    Raises:
+        ValueError: if a curve does not have one value per length, or a slope names an
+            unknown curve.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.5, 4.2), layout="constrained").subplots()
+    x = np.asarray(list(lengths), dtype=float)
+    series = {}
+    for index, (label, values) in enumerate(times.items()):
+        values = list(values)
+        if len(values) != len(x):
+            raise ValueError(f"curve {label!r} has {len(values)} values for {len(x)} lengths")
+        y = np.array([np.nan if v is None or v <= 0 else float(v) for v in values])
+        series[label] = y
+        ax.plot(x, y, marker="o", markersize=4, color=f"C{index % 10}", label=label)
+    for power, label in (slopes or {}).items():
+        if label not in series:
+            raise ValueError(f"slope {power} refers to an unknown curve {label!r}")
+        y = series[label]
+        last = int(np.flatnonzero(np.isfinite(y))[-1])
+        guide = y[last] * (x / x[last]) ** power
+        name = "n" if power == 1 else f"n^{power}"
+        ax.plot(x, guide, linestyle=":" if power == 1 else "-.", color="0.45", linewidth=1.2,
+                label=f"$\\propto {name}$")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), labels=[str(int(n)) for n in x], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def word_vectors(words: Sequence[str], dim: int, *, seed: int = 0) -> torch.Tensor:
+    """A fixed random vector for every word, the same whatever sentence the word is in.
+
+    Each word's vector is drawn from a standard normal distribution with a generator seeded
+    from ``seed`` and the word's lower-cased spelling (through CRC-32, which does not change
+    between runs as Python's ``hash`` does), so "Sleep" and "sleep" share one vector.
+
+    Args:
+        words: the T words of a sentence.
+        dim: D, the width of each vector.
+        seed: changes every word's vector.
+
+    Returns:
+        (T, D) float32 tensor, one row per word.
+    """
+    rows = []
+    for word in words:
+        generator = torch.Generator().manual_seed(
+            zlib.crc32(word.lower().encode("utf-8")) + 1_000_003 * seed
+        )
+        rows.append(torch.randn(dim, generator=generator))
+    return torch.stack(rows) if rows else torch.zeros(0, dim)
+
+
+def random_self_attention(
+    words: Sequence[str],
+    d_k: int,
+    *,
+    scaled: bool = True,
+    causal: bool = False,
+    d_model: int = 32,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores and weights of an untrained self-attention head over a sentence.
+
+    The words get :func:`word_vectors` of width ``d_model``; W^Q and W^K (each (d_k, D)) have
+    independent normal entries of variance 1/D, so every coordinate of a query or a key has a
+    variance of about 1 and the dot product q·k a variance of about d_k. The weights come from
+    :func:`coursepkg.self_attention.scaled_dot_product_attention`; without scaling, the queries
+    are multiplied by sqrt(d_k) first, which cancels the function's division.
+
+    Args:
+        words: the T >= 1 words.
+        d_k: the width of queries and keys.
+        scaled: divide the scores by sqrt(d_k) (True) or not.
+        causal: mask the future with :func:`coursepkg.self_attention.causal_mask`.
+        d_model: D, the width of the word vectors.
+        seed: changes the word vectors and the projections.
+
+    Returns:
+        ``(scores, weights)``, each (T, T): the scores as fed to the softmax (``-inf`` where
+        masked) and the weights.
+
+    Raises:
+        ValueError: if there are no words or a width is not positive.
+    """
+    if len(words) == 0:
+        raise ValueError("random_self_attention needs at least one word")
+    if d_k < 1 or d_model < 1:
+        raise ValueError(f"d_k and d_model must be positive, got {d_k} and {d_model}")
+    x = word_vectors(words, d_model, seed=seed)  # (T, D)
+    generator = torch.Generator().manual_seed(seed)
+    w_q = torch.randn(d_k, d_model, generator=generator) / d_model ** 0.5  # W^Q (Dk, D)
+    w_k = torch.randn(d_k, d_model, generator=generator) / d_model ** 0.5  # W^K (Dk, D)
+    q, k = x @ w_q.T, x @ w_k.T  # (T, Dk) each
+    mask = causal_mask(len(words)) if causal else None  # (T, T) or None
+    if not scaled:
+        q = q * d_k ** 0.5  # undoes the division by sqrt(d_k) inside the function
+    _, weights = scaled_dot_product_attention(q, k, k, mask)  # (T, T)
+    scores = q @ k.T / d_k ** 0.5  # (T, T), as the function computes them
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores, weights
+
+
+class SelfAttentionExplorer(widgets.VBox):
+    """A widget: type a sentence, switch the scaling and the causal mask, change d_k.
+
+    Build it with :func:`self_attention_explorer`. The figure shows the scores and the weights
+    of an untrained self-attention head (see :func:`random_self_attention`) over the words of
+    the sentence. The controls are public attributes (``text``, ``scaled``, ``causal``,
+    ``d_k``); changing any of them redraws :attr:`figure` and :attr:`image`.
+
+    Attributes:
+        figure: the matplotlib figure of the current matrices.
+        image: the image widget that shows ``figure``.
+        message: the mean largest weight and entropy of the rows, as text.
+        words: the words of the current sentence.
+        scores, weights: the current (T, T) matrices.
+    """
+
+    D_K_OPTIONS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+    def __init__(
+        self,
+        *,
+        text: str = "the cat sat on the mat",
+        d_k: int = 16,
+        scaled: bool = True,
+        causal: bool = False,
+        d_model: int = 32,
+        seed: int = 0,
+    ) -> None:
+        if d_k not in self.D_K_OPTIONS:
+            raise ValueError(f"d_k must be one of {self.D_K_OPTIONS}, got {d_k}")
+        self.d_model = d_model
+        self.seed = seed
+        self.text = widgets.Text(value=text, description="sentence", continuous_update=False,
+                                 layout=widgets.Layout(width="95%"))
+        self.scaled = widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)")
+        self.causal = widgets.Checkbox(value=causal, description="causal mask")
+        self.d_k = widgets.SelectionSlider(options=list(self.D_K_OPTIONS), value=d_k,
+                                           description="d_k")
+        self.figure = Figure(figsize=(9.0, 4.2), layout="constrained")
+        self.image = widgets.Image(format="png")
+        self.message = widgets.HTML()
+        for control in (self.text, self.scaled, self.causal, self.d_k):
+            control.observe(self._on_change, names="value")
+        super().__init__([self.text, widgets.HBox([self.scaled, self.causal, self.d_k]),
+                          self.image, self.message])
+        self.redraw()
+
+    def _on_change(self, _change: dict) -> None:
+        self.redraw()
+
+    def redraw(self) -> Figure:
+        """Recompute the matrices for the current controls, redraw, and return the figure."""
+        self.words = self.text.value.split()
+        self.figure.clear()
+        if not self.words:
+            self.scores = self.weights = torch.zeros(0, 0)
+            ax = self.figure.subplots()
+            ax.set_axis_off()
+            ax.set_title("type a sentence")
+            self.message.value = ""
+        else:
+            self.scores, self.weights = random_self_attention(
+                self.words, self.d_k.value, scaled=self.scaled.value, causal=self.causal.value,
+                d_model=self.d_model, seed=self.seed,
+            )
+            division = "/ sqrt(d_k)" if self.scaled.value else "(not divided)"
+            axes = self.figure.subplots(1, 2)
+            annotate = len(self.words) <= 10
+            for ax, matrix, kind, name in (
+                (axes[0], self.scores, "scores", f"scores q·k {division}"),
+                (axes[1], self.weights, "weights", "weights (softmax of each row)"),
+            ):
+                image = _square_panel(ax, matrix.numpy(), self.words, kind, annotate, name)
+                self.figure.colorbar(image, ax=ax, pad=0.02, fraction=0.046, shrink=0.8)
+            self.figure.suptitle(f"d_k = {self.d_k.value}" +
+                                 (", causal mask" if self.causal.value else ""), fontsize=10)
+            peak = self.weights.max(dim=-1).values.mean().item()
+            entropy = -(self.weights * self.weights.clamp_min(1e-45).log()).sum(-1).mean().item()
+            self.message.value = (f"largest weight of a row, on average: {peak:.3f}; "
+                                  f"entropy of a row, on average: {entropy:.3f} nats")
+        self.image.value = _figure_png(self.figure)
+        return self.figure
+
+
+def self_attention_explorer(
+    *,
+    text: str = "the cat sat on the mat",
+    d_k: int = 16,
+    scaled: bool = True,
+    causal: bool = False,
+    d_model: int = 32,
+    seed: int = 0,
+) -> SelfAttentionExplorer:
+    """An interactive view of one untrained self-attention head over a sentence.
+
+    Args:
+        text: the initial sentence (split into words on whitespace).
+        d_k: the initial width of queries and keys, a power of 2 from 1 to 1024.
+        scaled: start with the scores divided by sqrt(d_k).
+        causal: start with the causal mask.
+        d_model: D, the width of the random word vectors.
+        seed: changes the word vectors and the projections.
+
+    Returns:
+        The widget; display it as the last expression of a notebook cell.
+    """
+    return SelfAttentionExplorer(text=text, d_k=d_k, scaled=scaled, causal=causal,
+                                 d_model=d_model, seed=seed)

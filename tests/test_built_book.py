@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
-CHAPTERS = ["01_ngrams", "02_rnn", "03_attention"]
+CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
@@ -99,7 +99,9 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
     for needle in ("N_{1+}", "\\mathrm{PP}", "d_model", "n_heads", "Dh = D // H", "vocab_size",
                    "weight_hh_l0", "hidden_size", "\\odot", "i_t, f_t, g_t, o_t", "num_layers",
                    "\\mathrm{ctx}", "a_{t,s}", "v_a", "\\bar h_s", "additive_scores",
-                   "AdditiveAttention", "Dv", "Hd", "SeqCodec.EOS"):
+                   "AdditiveAttention", "Dv", "Hd", "SeqCodec.EOS", "W^V", "d_v",
+                   "QK^\\top / \\sqrt{d_k}", "causal_mask(T)", "scaled_dot_product_attention",
+                   "SelfAttention(..., causal=True)", "\\operatorname{diag}(a) - a a^\\top"):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
@@ -107,6 +109,7 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
     ("01_ngrams", "\\prod_{i=1}^{L}"),  # the chain rule
     ("02_rnn", "c_t &= f_t \\odot c_{t-1} + i_t \\odot g_t"),  # the LSTM's cell update
     ("03_attention", "\\mathrm{ctx} = \\sum_{s=1}^{S} a_s\\, v_s"),  # the soft lookup
+    ("04_self_attention", "\\operatorname{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}"),
 ])
 def test_chapter_has_typeset_math_served_locally(built, name, formula):
     source = chapter(name).read_text(encoding="utf-8")
@@ -122,7 +125,8 @@ def test_mathjax_is_shipped_with_the_book(built):
     assert any((mathjax / "output" / "chtml" / "fonts").rglob("*.woff")), "MathJax fonts missing"
 
 
-@pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5)])
+@pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5),
+                                           ("04_self_attention", 5)])
 def test_chapter_has_real_figures(built, name, minimum):
     page = chapter(name)
     source = page.read_text(encoding="utf-8")
@@ -146,6 +150,8 @@ SHOWN_CODE = [
     *(("03_attention", "attention.py", name) for name in
       ["Seq2Seq.encode", "Seq2Seq._decode", "attend", "weighted_average", "additive_scores",
        "Seq2Seq._context"]),
+    *(("04_self_attention", "self_attention.py", name) for name in
+      ["scaled_dot_product_attention", "SelfAttention.forward", "causal_mask"]),
 ]
 
 
@@ -160,7 +166,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
 
 @pytest.mark.parametrize("name, factory", [("01_ngrams", "viz.ngram_explorer("),
                                            ("02_rnn", "viz.rnn_state_explorer("),
-                                           ("03_attention", "viz.attention_lookup_explorer(")])
+                                           ("03_attention", "viz.attention_lookup_explorer("),
+                                           ("04_self_attention", "viz.self_attention_explorer(")])
 def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
@@ -200,6 +207,8 @@ CITED = {
                "gers2000", "schuster1997", "graves2013", "peters2018"},
     "03_attention": {"sutskever2014", "cho2014", "cho2014properties", "bahdanau2015",
                      "luong2015", "vaswani2017", "jain2019", "graves2014"},
+    "04_self_attention": {"vaswani2017", "cheng2016", "parikh2016", "lin2017", "haviv2022",
+                          "dao2022"},
 }
 
 
@@ -243,3 +252,60 @@ def test_attention_chapter_trains_the_dates_model_to_95_percent(built):
     assert set(found) == {"with attention", "without attention"}, found
     assert float(found["with attention"]) >= 0.95
     assert float(found["without attention"]) < float(found["with attention"])
+
+
+def test_self_attention_chapter_equals_torch_and_shows_the_order_problem(built):
+    text = page_text(chapter("04_self_attention"))
+    differences = re.findall(r"torch\.float(32|64) +(no mask|causal) +largest \|ours - torch's\|: "
+                             r"(\S+)\n", text)
+    assert len(differences) == 4, differences
+    for dtype, _, value in differences:
+        assert float(value) < (1e-6 if dtype == "32" else 1e-12)
+    for needle in ("the same as the table: True",
+                   "the matrix form equals the loop over queries: True",
+                   "the two 'the' get the same output: True",
+                   "diag(a) - a a^T equals autograd's Jacobian: True",
+                   "outputs at the first three positions identical: True",
+                   "output at the last position identical: False",
+                   "every key hidden, -inf:  tensor([nan, nan, nan, nan])",
+                   "every key hidden, -1e9:  tensor([0.2500, 0.2500, 0.2500, 0.2500])",
+                   "those of the first, permuted: True",
+                   "so are the weights, rows and columns: True",
+                   "the mean of the outputs, a summary of the sentence, is the same: True",
+                   "an LSTM's states, permuted, are the same: False",
+                   "with the causal mask, the outputs permuted are the same: False",
+                   "32,768 | 4 GiB"):
+        assert needle in text or needle.replace(" | ", "\n") in text, f"missing {needle!r}"
+
+
+def test_self_attention_chapter_measures_the_scaling_and_the_cost(built):
+    source = chapter("04_self_attention").read_text(encoding="utf-8")
+    assert source.count("<table") >= 6, "the worked lookups, scaling, masks, order, cost"
+    tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
+    assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
+    scaling = next(t for t in re.findall(r"<table.*?</table>", source, flags=re.DOTALL)
+                   if "entropy (nats)" in t)
+    rows = {int(cells[0]): cells[1:] for cells in
+            ([html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+              for c in re.findall(r"<td.*?</td>", row, flags=re.DOTALL)]
+             for row in re.findall(r"<tr.*?</tr>", scaling, flags=re.DOTALL)) if cells}
+    assert sorted(rows) == [1, 4, 16, 64, 256, 1024]
+    for d_k, (raw, scaled, *_) in rows.items():
+        assert 0.7 * d_k < float(raw) < 1.3 * d_k, "Var(q.k) should be close to d_k"
+        assert 0.8 < float(scaled) < 1.2, "the scaled scores should have a variance near 1"
+    largest, _, jacobian = (cell.split(" / ") for cell in rows[1024][2:])  # unscaled / scaled
+    assert float(largest[0]) > 0.9 > 0.5 > float(largest[1])  # saturated only without scaling
+    assert float(jacobian[0]) < 0.01 < float(jacobian[1])
+
+    text = page_text(chapter("04_self_attention"))
+    lines = re.findall(r"^ *(\d+) +(?:\S+ ms|-) +(?:\S+ ms|-) +(?:\S+ ms|-) +(\d+) +(\d+|-)$",
+                       text, flags=re.MULTILINE)
+    assert [int(n) for n, _, _ in lines] == [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert len({steps for _, steps, _ in lines}) == 1, "self-attention: the same steps at every n"
+    lstm = [(int(n), int(steps)) for n, _, steps in lines if steps != "-"]
+    (n0, s0), (n1, s1) = lstm[0], lstm[-1]
+    per_token = (s1 - s0) / (n1 - n0)
+    assert len(lstm) >= 5 and per_token >= 1, "the LSTM's chain should grow with n"
+    assert all(steps == s0 + per_token * (n - n0) for n, steps in lstm), (
+        "the LSTM's chain of operations should grow linearly with n")
+    assert "time grows like n^" in text

@@ -552,3 +552,193 @@ def test_attention_lookup_explorer_rejects_bad_starting_values():
         viz.attention_lookup_explorer(n_keys=0)
     with pytest.raises(ValueError, match="b_position"):
         viz.attention_lookup_explorer(n_keys=3, b_position=3)
+
+
+# ------------------------------------------------------------------------ chapter 4
+
+NEG_INF = float("-inf")
+
+
+def cell_texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def test_plot_attention_matrices_draws_scores_then_weights_with_masked_cells():
+    scores = torch.tensor([[0.5, NEG_INF], [-2.0, 1.0]])
+    weights = torch.tensor([[1.0, 0.0], [0.047, 0.953]])
+    fig = viz.plot_attention_matrices(["I", "sleep"], scores={"scores": scores},
+                                      weights={"weights": weights}, title="head")
+    assert len(fig.axes) == 4  # two panels, each with its colour bar
+    score_ax, weight_ax = fig.axes[0], fig.axes[1]
+    assert [score_ax.get_title(), weight_ax.get_title()] == ["scores", "weights"]
+    assert fig._suptitle.get_text() == "head"
+    drawn = score_ax.images[0].get_array()
+    assert drawn.mask.tolist() == [[False, True], [False, False]]  # -inf is masked, grey
+    assert score_ax.images[0].get_clim() == (-2.0, 2.0)  # symmetric around 0
+    assert cell_texts(score_ax) == ["0.50", "\u2212\u221e", "-2.00", "1.00"]
+    assert weight_ax.images[0].get_clim() == (0.0, 1.0)
+    assert cell_texts(weight_ax) == ["1.00", "0", "0.05", "0.95"]  # exact zeros: "0"
+    assert [t.get_text() for t in weight_ax.get_yticklabels()] == ["I", "sleep"]
+    assert [t.get_text() for t in weight_ax.get_xticklabels()] == ["I", "sleep"]
+    bare = viz.plot_attention_matrices(["a"], weights={"w": np.ones((1, 1))}, annotate=False)
+    assert len(bare.axes) == 2 and len(bare.axes[0].texts) == 0
+
+
+def test_plot_attention_matrices_rejects_missing_and_misshapen_matrices():
+    with pytest.raises(ValueError, match="at least one"):
+        viz.plot_attention_matrices(["a", "b"])
+    with pytest.raises(ValueError, match="expected 2 x 2 for 2 tokens"):
+        viz.plot_attention_matrices(["a", "b"], weights={"w": np.ones((2, 3))})
+
+
+def test_plot_against_width_draws_panels_with_shared_colours_and_references():
+    dims = [1, 4, 16]
+    fig = viz.plot_against_width(
+        dims,
+        {"variance": {"raw": [1.0, 4.0, 16.0], "scaled": [1.0, 1.0, 1.0], "d_k": dims},
+         "largest": {"scaled": [0.2, 0.2, 0.2], "raw": [0.2, 0.5, 0.0]},
+         "gradient": {"raw": [0.3, 0.1, 0.0]}},
+        log_y=["variance", "gradient"], references=["d_k"], ncols=2, title="scaling",
+    )
+    assert len(fig.axes) == 3  # the fourth cell of the 2 x 2 grid is removed
+    variance, largest, gradient = fig.axes
+    assert [ax.get_ylabel() for ax in fig.axes] == ["variance", "largest", "gradient"]
+    assert variance.get_yscale() == "log" and largest.get_yscale() == "linear"
+    assert all(ax.get_xscale() == "log" for ax in fig.axes)
+    lines = {line.get_label(): line for line in variance.get_lines()}
+    assert list(lines["raw"].get_ydata()) == [1.0, 4.0, 16.0]
+    assert lines["d_k"].get_linestyle() == "--" and lines["d_k"].get_marker() == "None"
+    other = {line.get_label(): line for line in largest.get_lines()}
+    assert other["raw"].get_color() == lines["raw"].get_color()  # same label, same colour
+    assert other["scaled"].get_color() == lines["scaled"].get_color()
+    assert other["raw"].get_ydata()[2] == 0.0  # kept on a linear axis
+    assert np.isnan(gradient.get_lines()[0].get_ydata()[2])  # left out on a log axis
+    assert fig._suptitle.get_text() == "scaling"
+
+
+def test_plot_against_width_checks_its_input():
+    with pytest.raises(ValueError, match="at least one panel"):
+        viz.plot_against_width([1, 2], {})
+    with pytest.raises(ValueError, match="1 values for 2 widths"):
+        viz.plot_against_width([1, 2], {"p": {"c": [1.0]}})
+    with pytest.raises(ValueError, match="do not exist"):
+        viz.plot_against_width([1, 2], {"p": {"c": [1.0, 2.0]}}, log_y=["q"])
+
+
+def test_plot_timings_draws_log_log_curves_and_slope_guides_through_the_last_point():
+    times = {"attention": [1e-3, 2e-3, 8e-3, 3.2e-2], "lstm": [1e-2, 2e-2, 4e-2, None]}
+    ax = viz.plot_timings([16, 32, 64, 128], times, slopes={1: "lstm", 2: "attention"},
+                          title="cost")
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert np.isnan(lines["lstm"].get_ydata()[3])  # not measured at n = 128
+    linear, square = lines["$\\propto n$"], lines["$\\propto n^2$"]
+    assert np.allclose(linear.get_ydata(), [1e-2, 2e-2, 4e-2, 8e-2])  # through (64, 0.04)
+    assert np.allclose(square.get_ydata(), [5e-4, 2e-3, 8e-3, 3.2e-2])  # through (128, 0.032)
+    assert linear.get_linestyle() != square.get_linestyle()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+    assert ax.get_title() == "cost"
+
+
+def test_plot_timings_checks_its_input():
+    with pytest.raises(ValueError, match="1 values for 2 lengths"):
+        viz.plot_timings([1, 2], {"a": [1.0]})
+    with pytest.raises(ValueError, match="unknown curve"):
+        viz.plot_timings([1, 2], {"a": [1.0, 2.0]}, slopes={2: "b"})
+
+
+def test_word_vectors_give_a_word_the_same_vector_in_every_sentence():
+    first = viz.word_vectors("I want to sleep".split(), 8)
+    second = viz.word_vectors("Sleep to I want".split(), 8)
+    assert first.shape == (4, 8) and first.dtype == torch.float32
+    assert torch.equal(second, first[[3, 2, 0, 1]])  # "Sleep" is "sleep"
+    assert torch.equal(viz.word_vectors(["to", "to"], 8)[0], first[2])
+    assert not torch.equal(viz.word_vectors(["I"], 8, seed=1)[0], first[0])
+    assert not torch.allclose(first[0], first[1])
+    assert viz.word_vectors([], 3).shape == (0, 3)
+
+
+def test_random_self_attention_scales_and_masks_as_the_formula_says():
+    words = "the cat sat on the mat".split()
+    scores, weights = viz.random_self_attention(words, 64)
+    assert scores.shape == weights.shape == (6, 6)
+    assert torch.allclose(weights, scores.softmax(dim=-1))
+    assert torch.allclose(weights.sum(dim=-1), torch.ones(6))
+    assert torch.equal(weights[0], weights[4])  # the two "the" are the same query
+    raw, raw_weights = viz.random_self_attention(words, 64, scaled=False)
+    assert torch.allclose(raw, scores * 8.0, atol=1e-5)  # sqrt(64) = 8
+    assert torch.allclose(raw_weights, raw.softmax(dim=-1), atol=1e-6)
+    assert raw_weights.max(dim=-1).values.mean() > weights.max(dim=-1).values.mean()
+    masked, masked_weights = viz.random_self_attention(words, 64, causal=True)
+    above = ~torch.ones(6, 6, dtype=torch.bool).tril()
+    assert torch.isinf(masked[above]).all() and (masked[above] < 0).all()
+    assert torch.equal(masked[~above], scores[~above])
+    assert (masked_weights[above] == 0).all()
+    assert torch.allclose(masked_weights.sum(dim=-1), torch.ones(6))
+
+
+def test_random_self_attention_is_permutation_equivariant_and_seeded():
+    words = "I want to sleep".split()
+    order = [3, 2, 0, 1]  # "sleep to I want"
+    _, weights = viz.random_self_attention(words, 16)
+    _, shuffled = viz.random_self_attention([words[i] for i in order], 16)
+    assert torch.allclose(shuffled, weights[order][:, order])
+    _, other_seed = viz.random_self_attention(words, 16, seed=1)
+    assert not torch.allclose(other_seed, weights)
+
+
+def test_random_self_attention_has_unit_variance_scores_when_scaled():
+    words = [f"w{i}" for i in range(60)]
+    for d_k in (4, 256):
+        scores, _ = viz.random_self_attention(words, d_k, d_model=64)
+        raw, _ = viz.random_self_attention(words, d_k, scaled=False, d_model=64)
+        assert 0.5 < scores.var().item() < 2.0
+        assert 0.5 * d_k < raw.var().item() < 2.0 * d_k
+
+
+def test_random_self_attention_rejects_empty_sentences_and_bad_widths():
+    with pytest.raises(ValueError, match="at least one word"):
+        viz.random_self_attention([], 4)
+    with pytest.raises(ValueError, match="positive"):
+        viz.random_self_attention(["a"], 0)
+
+
+def test_self_attention_explorer_starts_scaled_without_a_mask():
+    explorer = viz.self_attention_explorer()
+    assert explorer.words == "the cat sat on the mat".split()
+    assert (explorer.d_k.value, explorer.scaled.value, explorer.causal.value) == (16, True, False)
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+    scores, weights = viz.random_self_attention(explorer.words, 16)
+    assert torch.equal(explorer.scores, scores) and torch.equal(explorer.weights, weights)
+    score_ax, weight_ax = explorer.figure.axes[0], explorer.figure.axes[1]
+    assert "sqrt(d_k)" in score_ax.get_title()
+    assert len(weight_ax.texts) == 36
+    assert f"{weights.max(dim=-1).values.mean():.3f}" in explorer.message.value
+
+
+def test_self_attention_explorer_redraws_when_each_control_changes():
+    explorer = viz.self_attention_explorer()
+    before = bytes(explorer.image.value)
+    explorer.scaled.value = False
+    assert "not divided" in explorer.figure.axes[0].get_title()
+    assert bytes(explorer.image.value) != before
+    explorer.d_k.value = 256
+    assert explorer.weights.max(dim=-1).values.mean() > 0.9  # saturated
+    explorer.causal.value = True
+    assert (explorer.weights.triu(diagonal=1) == 0).all()
+    assert "\u2212\u221e" in cell_texts(explorer.figure.axes[0])
+    assert "causal" in explorer.figure._suptitle.get_text()
+    explorer.text.value = "Sleep to I want"
+    assert explorer.words == ["Sleep", "to", "I", "want"]
+    assert explorer.weights.shape == (4, 4)
+    assert len(explorer.figure.axes) == 4  # redraw replaces the panels, never stacks them
+    explorer.text.value = "   "
+    assert explorer.words == [] and explorer.figure.axes[0].get_title() == "type a sentence"
+    assert explorer.message.value == ""
+
+
+def test_self_attention_explorer_leaves_long_sentences_unannotated_and_rejects_bad_d_k():
+    explorer = viz.self_attention_explorer(text=" ".join(["word"] * 11))
+    assert len(explorer.figure.axes[1].texts) == 0
+    with pytest.raises(ValueError, match="d_k must be one of"):
+        viz.self_attention_explorer(d_k=3)
