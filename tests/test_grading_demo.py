@@ -239,3 +239,109 @@ def test_chapter_3_library_shortcuts_are_refused_task_by_task(tmp_path):
         assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
         assert called in tasks[func_name]["cases"][0]["message"], func_name
     assert tasks["attention_weights"]["status"] == "passed"
+
+
+# Chapter 4: student -> (the tasks the planted mistake costs, words their feedback must hold).
+# A wrong attention or causal mask also costs self_attention, which calls them: its feedback
+# says which part is wrong.
+EXPECTED_04 = {
+    "ada-forgets-sqrt-dk": ({"qkv_scores"}, ["Divide the scores by sqrt(d_k)"]),
+    "ben-softmax-over-the-queries": (
+        {"scaled_dot_product_attention", "self_attention"},
+        ["normalises over the queries (dim=-2)", "The projections are right but the attention"],
+    ),
+    "cy-hides-the-diagonal": (
+        {"causal_mask", "self_attention"},
+        ["A position may attend to itself", "wired right but its causal mask is not"],
+    ),
+    "dee-minus-1e9": ({"scaled_dot_product_attention"}, ["not a large finite number"]),
+    "eve-ignores-causal": ({"self_attention"}, ["With causal=True"]),
+}
+
+
+def test_demo_batch_of_chapter_4_grades_end_to_end(tmp_path):
+    """Also a guard for the checks' import: a chapter module that computed with torch when
+    imported made every forked worker after the first hang (each task then timed out)."""
+    assert set(EXPECTED_04) == set(PLANTED["04_self_attention"])
+    write_demo("04_self_attention", ROOT, tmp_path / "subs")
+    rows = grade(
+        "04_self_attention",
+        [tmp_path / "subs"],
+        tmp_path / "out",
+        jobs=2,
+        limits=Limits(timeout=20),
+        progress=False,
+    )
+    records = {found.student: record for found, record in rows}
+    assert set(records) == {"sol-full-marks", "ed-untouched", *PLANTED["04_self_attention"]}
+    solution = records["sol-full-marks"]["tasks"]
+    assert [t["func_name"] for t in solution] == [
+        "qkv_scores", "scaled_dot_product_attention", "causal_mask", "self_attention"
+    ]
+    assert all(t["status"] == "passed" for t in solution)
+    assert sum(t["points"] for t in solution) == sum(t["max_points"] for t in solution) == 30
+    assert {t["status"] for t in records["ed-untouched"]["tasks"]} == {"not attempted"}
+    assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
+    gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    assert gradebook[0].startswith("student,file,4.1 qkv_scores,4.2 scaled_dot_product_attention,")
+    assert "ed-untouched,ed-untouched.ipynb,0,0,0,0,0,30,not attempted" in gradebook
+    assert "sol-full-marks,sol-full-marks.ipynb,7,10,6,7,30,30,passed" in gradebook
+    assert "dee-minus-1e9,dee-minus-1e9.ipynb,7,9,6,7,29,30,partial" in gradebook
+    for student, (costs, words) in EXPECTED_04.items():
+        for task in records[student]["tasks"]:
+            if task["func_name"] in costs:
+                assert 0 <= task["points"] < task["max_points"], (student, task["func_name"])
+                assert task["status"] in ("partial", "failed", "error"), (student, task)
+            else:
+                assert task["status"] == "passed", (student, task["func_name"])
+        feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
+        for word in words:
+            assert word in feedback, (student, word)
+
+
+CHAPTER_4_SHORTCUTS = '''
+import torch
+import torch.nn.functional as F
+from coursepkg.self_attention import SelfAttention
+
+
+def qkv_scores(x, w_q, w_k, w_v):  # allowed: F.linear and einsum
+    q, k, v = F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
+    return q, k, v, torch.einsum("btd,bsd->bts", q, k) / q.shape[-1] ** 0.5
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return out, scores.softmax(dim=-1)
+
+
+def causal_mask(T):
+    return torch.nn.Transformer.generate_square_subsequent_mask(T) == 0
+
+
+def self_attention(x, w_q, w_k, w_v, causal=False):
+    layer = SelfAttention(x.shape[-1], w_q.shape[0], w_v.shape[0], causal=causal).to(x.dtype)
+    layer.load_state_dict({"w_q.weight": w_q, "w_k.weight": w_k, "w_v.weight": w_v})
+    with torch.no_grad():
+        return layer(x)
+'''
+
+
+def test_chapter_4_library_shortcuts_are_refused_task_by_task(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(CHAPTER_4_SHORTCUTS)]
+    nbformat.write(nb, tmp_path / "shortcuts.ipynb")
+    rows = grade("04_self_attention", [tmp_path / "shortcuts.ipynb"], tmp_path / "out", jobs=1,
+                 limits=Limits(timeout=20), progress=False)
+    tasks = {t["func_name"]: t for t in rows[0][1]["tasks"]}
+    for func_name, called in [
+        ("scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+        ("causal_mask", "torch.nn.Transformer.generate_square_subsequent_mask"),
+        ("self_attention", "coursepkg.self_attention"),
+    ]:
+        assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
+        assert called in tasks[func_name]["cases"][0]["message"], func_name
+    assert tasks["qkv_scores"]["status"] == "passed"

@@ -17,6 +17,7 @@ from coursepkg.checks import (
     ch01_ngrams,  # noqa: F401 - registers the chapter 1 tasks
     ch02_rnn,  # noqa: F401 - registers the chapter 2 tasks
     ch03_attention,  # noqa: F401 - registers the chapter 3 tasks
+    ch04_self_attention,  # noqa: F401 - registers the chapter 4 tasks
 )
 from coursepkg.checks.core import (
     STATUSES,

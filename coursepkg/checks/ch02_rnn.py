@@ -10,7 +10,9 @@ seeded ``torch.Generator``, so the grader's worker and its trusted process build
 A returned tensor becomes the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``.
 The judges compare shapes first (naming the known shape mistakes: time-major outputs, outputs
 not collected, ...), then dtypes, then values within the dtype's tolerance, and recognise known
-wrong implementations by recomputing each one from the case's inputs.
+wrong implementations by recomputing each one from the case's inputs. The tensor helpers are
+shared with the later chapters (:mod:`coursepkg.checks.tensors`); here an answer with NaN or
+infinite values is told so at once (``non_finite_mistakes=False``).
 
 Shape letters: B batch, T time steps, I input features, Hs hidden units, F features.
 """
@@ -25,7 +27,17 @@ import torch
 from torch import Tensor
 
 from coursepkg import rnn
-from coursepkg.checks.core import Case, CheckError, Task, Verdict, register
+from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks.tensors import (
+    HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
+    HINT_NOT_FINITE,  # noqa: F401 - idem
+    Variant,
+    generator,
+    judge_parts,
+    normal,
+    parts_plain,
+    tensor_plain,
+)
 
 ASSIGNMENT = "02_rnn"
 
@@ -49,22 +61,11 @@ _NO_RECURRENT_LIBRARIES = (
 )
 _NO_POOLING_LIBRARIES = ("coursepkg.rnn", "coursepkg.checks")
 
-#: (rtol, atol) of value comparisons per dtype: the defaults of torch.testing.assert_close.
-TOLERANCE = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
 
 # --------------------------------------------------------------------------------------------
 # Hints shared by the tasks
 # --------------------------------------------------------------------------------------------
 
-HINT_DTYPE = (
-    "Keep the dtype of the inputs (float32 or float64): create any new tensor with the inputs' "
-    "dtype (x.new_zeros(...), torch.zeros(..., dtype=x.dtype)) and do not convert the result."
-)
-HINT_NOT_FINITE = (
-    "The result holds NaN or infinite values: look for a division by zero or an overflow."
-)
 HINT_WRONG_TYPE = "Return torch tensors, computed with torch operations on the whole batch."
 HINT_NO_BIAS = (
     "Add the biases: the pre-activation is x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T "
@@ -90,16 +91,7 @@ HINT_WEIGHTS_SWAPPED = (
 # --------------------------------------------------------------------------------------------
 
 
-def _generator(args: dict) -> tuple[torch.Generator, torch.dtype]:
-    return torch.Generator().manual_seed(int(args["seed"])), _DTYPES[args["dtype"]]
-
-
-def _normal(gen: torch.Generator, shape: tuple[int, ...], scale: float, dtype) -> Tensor:
-    """Standard normal values times ``scale``, drawn in float64 then cast (same draws per dtype)."""
-    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
-
-
-def _cell_parameters(
+def cell_parameters(
     gen: torch.Generator, gates: int, n_in: int, Hs: int, dtype
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(weight_ih (gates Hs, I), weight_hh (gates Hs, Hs), bias_ih, bias_hh)``.
@@ -107,150 +99,17 @@ def _cell_parameters(
     Scaled so that the pre-activations are of order 1: the nonlinearities then bend them
     clearly, and every known mistake changes the result far beyond the tolerance.
     """
-    weight_ih = _normal(gen, (gates * Hs, n_in), 1 / math.sqrt(n_in), dtype)
-    weight_hh = _normal(gen, (gates * Hs, Hs), 1 / math.sqrt(Hs), dtype)
-    bias_ih = _normal(gen, (gates * Hs,), 0.5, dtype)
-    bias_hh = _normal(gen, (gates * Hs,), 0.5, dtype)
+    weight_ih = normal(gen, (gates * Hs, n_in), 1 / math.sqrt(n_in), dtype)
+    weight_hh = normal(gen, (gates * Hs, Hs), 1 / math.sqrt(Hs), dtype)
+    bias_ih = normal(gen, (gates * Hs,), 0.5, dtype)
+    bias_hh = normal(gen, (gates * Hs,), 0.5, dtype)
     return weight_ih, weight_hh, bias_ih, bias_hh
 
 
 def _state(gen: torch.Generator, shape: tuple[int, ...], kind: str, dtype, scale: float = 1.0):
     """A hidden state: ``"random"`` (tanh of normal values, as an RNN's states are) or zeros."""
-    values = torch.tanh(_normal(gen, shape, scale, dtype))
+    values = torch.tanh(normal(gen, shape, scale, dtype))
     return values if kind == "random" else torch.zeros_like(values)
-
-
-# --------------------------------------------------------------------------------------------
-# Plain values: tensors and pairs of tensors
-# --------------------------------------------------------------------------------------------
-
-
-def _tensor_plain(value: object, name: str) -> dict:
-    """A returned tensor -> ``{"shape", "dtype", "data"}``; CheckError for anything else."""
-    if isinstance(value, tuple) and hasattr(value, "values") and hasattr(value, "indices"):
-        raise CheckError(
-            f"expected {name} as a tensor, got torch.return_types.{type(value).__name__}, a pair "
-            "(values, indices): keep its .values"
-        )
-    if not isinstance(value, torch.Tensor):
-        raise CheckError(f"expected {name} as a torch.Tensor, got {type(value).__name__}")
-    if not value.is_floating_point():
-        raise CheckError(f"expected {name} as a floating-point tensor, got dtype {value.dtype}")
-    value = value.detach().to("cpu")
-    return {
-        "shape": list(value.shape),
-        "dtype": str(value.dtype).removeprefix("torch."),
-        "data": value.reshape(-1).tolist(),
-    }
-
-
-def _pair_plain(value: object, names: tuple[str, str]) -> list[dict]:
-    """A returned pair of tensors -> a list of two plain tensors; CheckError for anything else."""
-    if isinstance(value, torch.Tensor) or not isinstance(value, tuple | list) or len(value) != 2:
-        if isinstance(value, tuple | list):
-            got = f"a {type(value).__name__} of {len(value)}"
-        else:
-            got = type(value).__name__
-        raise CheckError(f"expected a pair ({names[0]}, {names[1]}), got {got}")
-    return [_tensor_plain(part, name) for part, name in zip(value, names, strict=True)]
-
-
-def _decode(plain: object) -> tuple[tuple[int, ...], str, Tensor]:
-    """A plain tensor -> (shape, dtype name, float64 values); ValueError if it is malformed."""
-    if type(plain) is not dict or set(plain) != {"shape", "dtype", "data"}:
-        raise ValueError("not a plain tensor")
-    shape, dtype, data = plain["shape"], plain["dtype"], plain["data"]
-    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
-        raise ValueError("bad shape")
-    if type(dtype) is not str or type(data) is not list or len(data) != math.prod(shape):
-        raise ValueError("bad data")
-    if not all(type(v) in (int, float) for v in data):
-        raise ValueError("bad values")
-    return tuple(shape), dtype, torch.tensor(data, dtype=torch.float64).reshape(shape)
-
-
-def _matches(got: Tensor, expected: Tensor, dtype: str) -> bool:
-    """Same shape, finite, and equal within the dtype's tolerance."""
-    if got.shape != expected.shape:
-        return False
-    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
-    got, expected = got.to(torch.float64), expected.to(torch.float64)
-    return bool(torch.isfinite(got).all()) and torch.allclose(got, expected, rtol=rtol, atol=atol)
-
-
-def _difference(name: str, got: Tensor, expected: Tensor, dtype: str) -> str:
-    """``"h_t[1, 3]: expected 0.415203, got 0.731452 (6 of 8 values differ)."``"""
-    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
-    gap = (got - expected).abs().nan_to_num(nan=math.inf)
-    flat = int(gap.reshape(-1).argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape))
-    bad = int((~torch.isclose(got, expected, rtol=rtol, atol=atol)).sum())
-    where = f"{name}[{', '.join(map(str, index))}]" if index else name
-    return (
-        f"{where}: expected {expected[index].item():.6g}, got {got[index].item():.6g} "
-        f"({bad} of {got.numel()} values differ)."
-    )
-
-
-Variant = tuple[str, Callable[[], Sequence[Tensor]], str]
-ShapeHint = Callable[[list[tuple[int, ...]], list[tuple[int, ...]], int], str]
-
-
-def _judge_parts(
-    got: list,
-    expected: list,
-    names: Sequence[str],
-    dtype: str,
-    variants: Callable[[], list[Variant]],
-    shape_hint: ShapeHint,
-    generic_hint: str,
-) -> Verdict:
-    """The verdict on one or more returned tensors.
-
-    Args:
-        got: the student's plain tensors, one per returned part.
-        expected: the reference's plain tensors.
-        names: the parts' names, for messages (``("outputs", "h_T")``).
-        dtype: the case's dtype name, which sets the tolerance.
-        variants: a function returning the known mistakes, most specific first, as (hint,
-            compute, note): ``compute()`` recomputes the mistake's parts (it may raise, e.g. on
-            shapes that do not fit: then it is skipped); ``note`` is added to the detail.
-        shape_hint: ``(got_shapes, expected_shapes, index of the first wrong one) -> hint``.
-        generic_hint: the hint when no known mistake matches.
-    """
-    got_parts = [_decode(part) for part in got]
-    expected_parts = [_decode(part) for part in expected]
-    if len(got_parts) != len(expected_parts):
-        raise ValueError("wrong number of parts")
-    got_shapes = [shape for shape, _, _ in got_parts]
-    expected_shapes = [shape for shape, _, _ in expected_parts]
-    for k, name in enumerate(names):
-        if got_shapes[k] != expected_shapes[k]:
-            detail = f"Expected {name} of shape {expected_shapes[k]}, got {got_shapes[k]}."
-            return Verdict(False, shape_hint(got_shapes, expected_shapes, k), detail)
-    for name, (_, got_dtype, _), (_, want, _) in zip(names, got_parts, expected_parts, strict=True):
-        if got_dtype != want:
-            return Verdict(False, HINT_DTYPE, f"Expected {name} of dtype torch.{want}, "
-                                              f"got torch.{got_dtype}.")
-    for name, (_, _, values) in zip(names, got_parts, strict=True):
-        if not bool(torch.isfinite(values).all()):
-            return Verdict(False, HINT_NOT_FINITE, f"{name} holds NaN or infinite values.")
-    pairs = [(name, g[2], e[2]) for name, g, e in zip(names, got_parts, expected_parts,
-                                                       strict=True)]
-    wrong = [(name, g, e) for name, g, e in pairs if not _matches(g, e, dtype)]
-    if not wrong:
-        return Verdict(True)
-    detail = _difference(*wrong[0], dtype)
-    for hint, compute, note in variants():
-        try:
-            parts = list(compute())
-        except (RuntimeError, ValueError, IndexError, ArithmeticError):
-            continue
-        if len(parts) == len(pairs) and all(
-            _matches(g, part, dtype) for (_, g, _), part in zip(pairs, parts, strict=True)
-        ):
-            return Verdict(False, hint, f"{note} {detail}" if note else detail)
-    return Verdict(False, generic_hint, detail)
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,15 +176,15 @@ def _elman_mistakes() -> list[tuple[str, _ElmanStep]]:
 
 
 def _build_elman_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
-    x_t = _normal(gen, (B, n_in), 1.0, dtype)
+    x_t = normal(gen, (B, n_in), 1.0, dtype)
     h_prev = _state(gen, (B, Hs), args["h_prev"], dtype)
-    return (x_t, h_prev, *_cell_parameters(gen, 1, n_in, Hs, dtype))
+    return (x_t, h_prev, *cell_parameters(gen, 1, n_in, Hs, dtype))
 
 
 def _elman_to_plain(value: object) -> dict:
-    return _tensor_plain(value, "h_t")
+    return tensor_plain(value, "h_t")
 
 
 def _elman_shape_hint(got: list, expected: list, k: int) -> str:
@@ -338,8 +197,9 @@ def _judge_elman(got: object, expected: object, args: dict) -> Verdict:
     def variants() -> list[Variant]:
         return [(hint, lambda f=f: (f(*inputs),), "") for hint, f in _elman_mistakes()]
 
-    return _judge_parts([got], [expected], ("h_t",), args["dtype"], variants,
-                        _elman_shape_hint, HINT_ELMAN_GENERIC)
+    return judge_parts([got], [expected], ("h_t",), args["dtype"], variants,
+                       _elman_shape_hint, HINT_ELMAN_GENERIC,
+                       non_finite_mistakes=False)
 
 
 def _elman_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, h_prev: str = "random",
@@ -439,11 +299,11 @@ HINT_RUN_GENERIC = (
 
 
 def _build_run_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["I"]), int(args["Hs"])
-    x = _normal(gen, (B, T, n_in), 1.0, dtype)
+    x = normal(gen, (B, T, n_in), 1.0, dtype)
     h0 = _state(gen, (B, Hs), args["h0"], dtype)
-    return (x, h0, *_cell_parameters(gen, 1, n_in, Hs, dtype))
+    return (x, h0, *cell_parameters(gen, 1, n_in, Hs, dtype))
 
 
 def run_rnn(
@@ -468,7 +328,7 @@ def run_rnn(
 
 
 def _run_to_plain(value: object) -> list[dict]:
-    return _pair_plain(value, ("outputs", "h_T"))
+    return parts_plain(value, ("outputs", "h_T"))
 
 
 def _scan(x: Tensor, h0: Tensor, step: Callable[[Tensor, Tensor], Tensor], *,
@@ -564,8 +424,9 @@ def _run_shape_hint(got: list, expected: list, k: int) -> str:
 
 def _judge_run(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_run_args(args)
-    return _judge_parts(list(got), list(expected), ("outputs", "h_T"), args["dtype"],
-                        lambda: _run_variants(inputs), _run_shape_hint, HINT_RUN_GENERIC)
+    return judge_parts(list(got), list(expected), ("outputs", "h_T"), args["dtype"],
+                       lambda: _run_variants(inputs), _run_shape_hint, HINT_RUN_GENERIC,
+                       non_finite_mistakes=False)
 
 
 def _run_case(name: str, seed: int, B: int, T: int, n_in: int, Hs: int, *, h0: str = "random",
@@ -655,19 +516,19 @@ HINT_LSTM_GENERIC = (
 
 
 def _build_lstm_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
-    x_t = _normal(gen, (B, n_in), 1.0, dtype)
+    x_t = normal(gen, (B, n_in), 1.0, dtype)
     h_prev = _state(gen, (B, Hs), args["state"], dtype)
     # cell states are not squashed: c_scale > 1 gives values beyond (-1, 1)
-    c_prev = _normal(gen, (B, Hs), float(args["c_scale"]), dtype)
+    c_prev = normal(gen, (B, Hs), float(args["c_scale"]), dtype)
     if args["state"] == "zeros":
         c_prev = torch.zeros_like(c_prev)
-    return (x_t, (h_prev, c_prev), *_cell_parameters(gen, 4, n_in, Hs, dtype))
+    return (x_t, (h_prev, c_prev), *cell_parameters(gen, 4, n_in, Hs, dtype))
 
 
 def _lstm_to_plain(value: object) -> list[dict]:
-    return _pair_plain(value, ("h_t", "c_t"))
+    return parts_plain(value, ("h_t", "c_t"))
 
 
 def _lstm_variants(inputs: tuple) -> list[Variant]:
@@ -731,8 +592,9 @@ def _lstm_shape_hint(got: list, expected: list, k: int) -> str:
 
 def _judge_lstm(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_lstm_args(args)
-    return _judge_parts(list(got), list(expected), ("h_t", "c_t"), args["dtype"],
-                        lambda: _lstm_variants(inputs), _lstm_shape_hint, HINT_LSTM_GENERIC)
+    return judge_parts(list(got), list(expected), ("h_t", "c_t"), args["dtype"],
+                       lambda: _lstm_variants(inputs), _lstm_shape_hint, HINT_LSTM_GENERIC,
+                       non_finite_mistakes=False)
 
 
 def _lstm_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, state: str = "random",
@@ -834,11 +696,11 @@ HINT_POOL_GENERIC = (
 
 
 def _build_pool_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, T, F = int(args["B"]), int(args["T"]), int(args["F"])
     # Outputs at every position, padding included: an RNN run over a padded batch computes
     # states there too, and they are not zero.
-    out = torch.tanh(_normal(gen, (B, T, F), 1.5, dtype))
+    out = torch.tanh(normal(gen, (B, T, F), 1.5, dtype))
     lengths = torch.tensor(args["lengths"], dtype=torch.long)
     return out, lengths, str(args["how"])
 
@@ -849,7 +711,7 @@ def pool_outputs(out: Tensor, lengths: Tensor, how: str) -> Tensor:
 
 
 def _pool_to_plain(value: object) -> dict:
-    return _tensor_plain(value, "the pooled tensor")
+    return tensor_plain(value, "the pooled tensor")
 
 
 def _pool_variants(inputs: tuple) -> list[Variant]:
@@ -910,8 +772,9 @@ def _pool_shape_hint(got: list, expected: list, k: int) -> str:
 
 def _judge_pool(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_pool_args(args)
-    return _judge_parts([got], [expected], ("pooled",), args["dtype"],
-                        lambda: _pool_variants(inputs), _pool_shape_hint, HINT_POOL_GENERIC)
+    return judge_parts([got], [expected], ("pooled",), args["dtype"],
+                       lambda: _pool_variants(inputs), _pool_shape_hint, HINT_POOL_GENERIC,
+                       non_finite_mistakes=False)
 
 
 def _pool_case(name: str, seed: int, how: str, lengths: list[int], T: int, F: int, *,

@@ -7,12 +7,13 @@ the dot-product score of key s is ``scale * keys[b, s] . query[b]``; boolean mas
 exactly 0. The references are the package's own tested functions; the decoder step is one step
 of :class:`coursepkg.attention.Seq2Seq` with ``attention="dot"``.
 
-Cases, plain values and judging work as in chapter 2 (:mod:`coursepkg.checks.ch02_rnn`, whose
-tensor helpers are reused): a case's ``args`` hold a seed, sizes, masks and a dtype name, and
-the inputs are drawn from a seeded generator; the judges compare shapes, dtypes and values, and
-recognise known mistakes by recomputing each one from the case's inputs. A recomputed mistake
-also matches an answer with NaN or infinite values in the same places (a softmax that
-overflows, ``0 * -inf``), so those answers get the hint that names their cause.
+Cases, plain values and judging work as in chapter 2, with the shared tensor helpers of
+:mod:`coursepkg.checks.tensors`: a case's ``args`` hold a seed, sizes, masks and a dtype name,
+and the inputs are drawn from a seeded generator; the judges compare shapes, dtypes and values,
+and recognise known mistakes by recomputing each one from the case's inputs. A recomputed
+mistake also matches an answer with NaN or infinite values in the same places (a softmax that
+overflows, ``0 * -inf``), so those answers get the hint that names their cause. The decoder
+step's LSTM parameters are drawn as chapter 2 draws them (``ch02_rnn.cell_parameters``).
 
 Shape letters: B batch, S keys (source positions), D query/key width, Dv value width,
 Dq query width, Dk key width, Hd hidden units of the additive score, E embedding width,
@@ -22,25 +23,24 @@ Hs decoder hidden size.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from coursepkg import attention, rnn
-from coursepkg.checks.ch02_rnn import (
-    HINT_DTYPE,
-    HINT_NOT_FINITE,
-    TOLERANCE,
-    _cell_parameters,
-    _decode,
-    _difference,
-    _generator,
-    _matches,
-    _normal,
-    _tensor_plain,
+from coursepkg.checks.ch02_rnn import cell_parameters
+from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks.tensors import (
+    HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
+    HINT_NOT_FINITE,  # noqa: F401 - idem
+    Variant,
+    generator,
+    judge_parts,
+    normal,
+    parts_plain,
+    tensor_plain,
 )
-from coursepkg.checks.core import Case, CheckError, Task, Verdict, register
 
 __all__ = [
     "ASSIGNMENT",
@@ -69,94 +69,10 @@ _NO_LIBRARIES_FOR_THE_STEP = (
     "torch.lstm_cell",
 )
 
-Variant = tuple[str, Callable[[], Sequence[Tensor]], str]
-ShapeHint = Callable[[list[tuple[int, ...]], list[tuple[int, ...]], int], str]
-_SKIPPED = (RuntimeError, ValueError, IndexError, ArithmeticError)
-
 
 # --------------------------------------------------------------------------------------------
-# Plain values and the verdict (chapter 2's, with NaN-aware matching of known mistakes)
+# Attention arithmetic the known mistakes share
 # --------------------------------------------------------------------------------------------
-
-
-def _parts_plain(value: object, names: tuple[str, ...]) -> list[dict]:
-    """A returned tuple of tensors -> a list of plain tensors; CheckError for anything else."""
-    if isinstance(value, torch.Tensor) or not isinstance(value, tuple | list) or len(
-        value
-    ) != len(names):
-        if isinstance(value, tuple | list):
-            got = f"a {type(value).__name__} of {len(value)}"
-        else:
-            got = type(value).__name__
-        what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
-        raise CheckError(f"expected {what} ({', '.join(names)}), got {got}")
-    return [_tensor_plain(part, name) for part, name in zip(value, names, strict=True)]
-
-
-def _same(got: Tensor, mistake: Tensor, dtype: str) -> bool:
-    """Whether ``got`` equals a recomputed mistake, NaN and infinities in the same places."""
-    if got.shape != mistake.shape:
-        return False
-    rtol, atol = TOLERANCE.get(dtype, TOLERANCE["float32"])
-    mistake = mistake.detach().to(torch.float64)
-    return bool(torch.allclose(got, mistake, rtol=rtol, atol=atol, equal_nan=True))
-
-
-def _judge_parts(
-    got: list,
-    expected: list,
-    names: Sequence[str],
-    dtype: str,
-    variants: Callable[[], list[Variant]],
-    shape_hint: ShapeHint,
-    generic_hint: str,
-) -> Verdict:
-    """The verdict on one or more returned tensors.
-
-    Args:
-        got: the student's plain tensors, one per returned part.
-        expected: the reference's plain tensors.
-        names: the parts' names, for messages (``("context", "weights")``).
-        dtype: the case's dtype name, which sets the tolerance.
-        variants: a function returning the known mistakes, most specific first, as (hint,
-            compute, note): ``compute()`` recomputes the mistake's parts (it may raise, e.g. on
-            shapes that do not fit: then it is skipped); ``note`` is added to the detail.
-        shape_hint: ``(got_shapes, expected_shapes, index of the first wrong one) -> hint``.
-        generic_hint: the hint when no known mistake matches.
-    """
-    got_parts = [_decode(part) for part in got]
-    expected_parts = [_decode(part) for part in expected]
-    if len(got_parts) != len(expected_parts):
-        raise ValueError("wrong number of parts")
-    got_shapes = [shape for shape, _, _ in got_parts]
-    expected_shapes = [shape for shape, _, _ in expected_parts]
-    for k, name in enumerate(names):
-        if got_shapes[k] != expected_shapes[k]:
-            detail = f"Expected {name} of shape {expected_shapes[k]}, got {got_shapes[k]}."
-            return Verdict(False, shape_hint(got_shapes, expected_shapes, k), detail)
-    for name, (_, got_dtype, _), (_, want, _) in zip(names, got_parts, expected_parts, strict=True):
-        if got_dtype != want:
-            return Verdict(False, HINT_DTYPE, f"Expected {name} of dtype torch.{want}, "
-                                              f"got torch.{got_dtype}.")
-    pairs = [(name, g[2], e[2]) for name, g, e in zip(names, got_parts, expected_parts,
-                                                       strict=True)]
-    wrong = [(name, g, e) for name, g, e in pairs if not _matches(g, e, dtype)]
-    if not wrong:
-        return Verdict(True)
-    detail = _difference(*wrong[0], dtype)
-    for hint, compute, note in variants():
-        try:
-            parts = list(compute())
-        except _SKIPPED:
-            continue
-        if len(parts) == len(pairs) and all(
-            _same(g, part, dtype) for (_, g, _), part in zip(pairs, parts, strict=True)
-        ):
-            return Verdict(False, hint, f"{note} {detail}" if note else detail)
-    for name, values, _ in pairs:
-        if not bool(torch.isfinite(values).all()):
-            return Verdict(False, HINT_NOT_FINITE, f"{name} holds NaN or infinite values.")
-    return Verdict(False, generic_hint, detail)
 
 
 def _one_per_row(mask: Tensor) -> Tensor:
@@ -269,7 +185,7 @@ HINT_WEIGHTS_GENERIC = (
 
 
 def _build_weights_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, S, D = int(args["B"]), int(args["S"]), int(args["D"])
     if args["kind"] == "large":
         # Small integers and one large feature: every score is 1000 plus a small integer,
@@ -278,8 +194,8 @@ def _build_weights_args(args: dict) -> tuple:
         query = torch.randint(-2, 3, (B, D), generator=gen).to(dtype)
         keys[..., 0], query[:, 0] = 4.0, 250.0
     else:
-        query = _normal(gen, (B, D), 1.0, dtype)
-        keys = _normal(gen, (B, S, D), 1.0, dtype)
+        query = normal(gen, (B, D), 1.0, dtype)
+        keys = normal(gen, (B, S, D), 1.0, dtype)
     return query, keys, float(args["scale"])
 
 
@@ -297,7 +213,7 @@ def attention_weights(query: Tensor, keys: Tensor, scale: float) -> Tensor:
 
 
 def _weights_to_plain(value: object) -> dict:
-    return _tensor_plain(value, "the weights")
+    return tensor_plain(value, "the weights")
 
 
 def _weights_variants(inputs: tuple) -> list[Variant]:
@@ -336,9 +252,9 @@ def _weights_shape_hint_3_1(got: list, expected: list, k: int) -> str:
 
 def _judge_weights(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_weights_args(args)
-    return _judge_parts([got], [expected], ("weights",), args["dtype"],
-                        lambda: _weights_variants(inputs), _weights_shape_hint_3_1,
-                        HINT_WEIGHTS_GENERIC)
+    return judge_parts([got], [expected], ("weights",), args["dtype"],
+                       lambda: _weights_variants(inputs), _weights_shape_hint_3_1,
+                       HINT_WEIGHTS_GENERIC)
 
 
 def _weights_case(name: str, seed: int, B: int, S: int, D: int, scale: float, *,
@@ -523,11 +439,11 @@ def _attention_mistakes() -> list[tuple[str, _Attend]]:
 
 
 def _build_attend_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, S, D, Dv = int(args["B"]), int(args["S"]), int(args["D"]), int(args["Dv"])
-    query = _normal(gen, (B, D), 1.0, dtype)
-    keys = _normal(gen, (B, S, D), 1.0, dtype)
-    values = _normal(gen, (B, S, Dv), 1.0, dtype)
+    query = normal(gen, (B, D), 1.0, dtype)
+    keys = normal(gen, (B, S, D), 1.0, dtype)
+    values = normal(gen, (B, S, Dv), 1.0, dtype)
     mask = torch.tensor(args["mask"], dtype=torch.bool).reshape(B, S)
     return query, keys, values, mask, float(args["scale"])
 
@@ -548,7 +464,7 @@ def masked_attention(
 
 
 def _attend_to_plain(value: object) -> list[dict]:
-    return _parts_plain(value, ("context", "weights"))
+    return parts_plain(value, ("context", "weights"))
 
 
 def _attend_shape_hint(got: list, expected: list, k: int) -> str:
@@ -580,8 +496,8 @@ def _judge_attend(got: object, expected: object, args: dict) -> Verdict:
         known = [(hint, lambda f=f: f(*inputs), "") for hint, f in _attention_mistakes()]
         return [(HINT_PAIR_ORDER, swapped, ""), *known]
 
-    return _judge_parts(list(got), list(expected), ("context", "weights"), args["dtype"],
-                        variants, _attend_shape_hint, HINT_ATTEND_GENERIC)
+    return judge_parts(list(got), list(expected), ("context", "weights"), args["dtype"],
+                       variants, _attend_shape_hint, HINT_ATTEND_GENERIC)
 
 
 def _mask(*rows: str) -> list[list[bool]]:
@@ -684,20 +600,20 @@ HINT_ADDITIVE_GENERIC = (
 
 
 def _build_additive_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, S = int(args["B"]), int(args["S"])
     Dq, Dk, Hd = int(args["Dq"]), int(args["Dk"]), int(args["Hd"])
-    query = _normal(gen, (B, Dq), 1.0, dtype)
-    keys = _normal(gen, (B, S, Dk), 1.0, dtype)
-    w_q = _normal(gen, (Hd, Dq), 1 / math.sqrt(Dq), dtype)
-    w_k = _normal(gen, (Hd, Dk), 1 / math.sqrt(Dk), dtype)
-    v = _normal(gen, (Hd,), 1.0, dtype)
-    bias = _normal(gen, (Hd,), 0.5, dtype)
+    query = normal(gen, (B, Dq), 1.0, dtype)
+    keys = normal(gen, (B, S, Dk), 1.0, dtype)
+    w_q = normal(gen, (Hd, Dq), 1 / math.sqrt(Dq), dtype)
+    w_k = normal(gen, (Hd, Dk), 1 / math.sqrt(Dk), dtype)
+    v = normal(gen, (Hd,), 1.0, dtype)
+    bias = normal(gen, (Hd,), 0.5, dtype)
     return query, keys, w_q, w_k, v, bias
 
 
 def _additive_to_plain(value: object) -> dict:
-    return _tensor_plain(value, "the scores")
+    return tensor_plain(value, "the scores")
 
 
 def _additive_variants(inputs: tuple) -> list[Variant]:
@@ -753,9 +669,9 @@ def _additive_shape_hint(got: list, expected: list, k: int) -> str:
 
 def _judge_additive(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_additive_args(args)
-    return _judge_parts([got], [expected], ("scores",), args["dtype"],
-                        lambda: _additive_variants(inputs), _additive_shape_hint,
-                        HINT_ADDITIVE_GENERIC)
+    return judge_parts([got], [expected], ("scores",), args["dtype"],
+                       lambda: _additive_variants(inputs), _additive_shape_hint,
+                       HINT_ADDITIVE_GENERIC)
 
 
 def _additive_case(name: str, seed: int, B: int, S: int, Dq: int, Dk: int, Hd: int, *,
@@ -855,15 +771,15 @@ _STEP_NAMES = ("h_t", "c_t", "context", "weights")
 
 
 def _build_step_args(args: dict) -> tuple:
-    gen, dtype = _generator(args)
+    gen, dtype = generator(args)
     B, S, E = int(args["B"]), int(args["S"]), int(args["E"])
     Hs, Dv = int(args["Hs"]), int(args["Dv"])
-    embedding = _normal(gen, (B, E), 1.0, dtype)
-    h_prev = torch.tanh(_normal(gen, (B, Hs), 1.5, dtype))
-    c_prev = _normal(gen, (B, Hs), 1.0, dtype)
-    encoder_states = torch.tanh(_normal(gen, (B, S, Dv), 1.5, dtype))
-    key_proj = _normal(gen, (Hs, Dv), 2.0, dtype)
-    lstm_params = _cell_parameters(gen, 4, E + Dv, Hs, dtype)
+    embedding = normal(gen, (B, E), 1.0, dtype)
+    h_prev = torch.tanh(normal(gen, (B, Hs), 1.5, dtype))
+    c_prev = normal(gen, (B, Hs), 1.0, dtype)
+    encoder_states = torch.tanh(normal(gen, (B, S, Dv), 1.5, dtype))
+    key_proj = normal(gen, (Hs, Dv), 2.0, dtype)
+    lstm_params = cell_parameters(gen, 4, E + Dv, Hs, dtype)
     lengths = torch.tensor(args["lengths"])
     mask = torch.arange(S)[None, :] < lengths[:, None]  # (B, S)
     return embedding, (h_prev, c_prev), encoder_states, mask, key_proj, lstm_params
@@ -900,7 +816,7 @@ def decoder_step(
 
 
 def _step_to_plain(value: object) -> list[dict]:
-    return _parts_plain(value, _STEP_NAMES)
+    return parts_plain(value, _STEP_NAMES)
 
 
 def _step_variants(inputs: tuple) -> list[Variant]:
@@ -960,8 +876,8 @@ def _step_shape_hint(got: list, expected: list, k: int) -> str:
 
 def _judge_step(got: object, expected: object, args: dict) -> Verdict:
     inputs = _build_step_args(args)
-    return _judge_parts(list(got), list(expected), _STEP_NAMES, args["dtype"],
-                        lambda: _step_variants(inputs), _step_shape_hint, HINT_STEP_GENERIC)
+    return judge_parts(list(got), list(expected), _STEP_NAMES, args["dtype"],
+                       lambda: _step_variants(inputs), _step_shape_hint, HINT_STEP_GENERIC)
 
 
 def _step_case(name: str, seed: int, lengths: list[int], S: int, E: int, Hs: int, Dv: int, *,

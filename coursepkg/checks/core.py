@@ -435,7 +435,8 @@ def exception_result(task: Task, case: Case, exc_name: str, message: str) -> Cas
     if case.hidden:  # the type only; a class of the student's own could be named after the data
         shown = exc_name if isinstance(getattr(builtins, exc_name, None), type) else "an exception"
     else:
-        shown = f"{exc_name}: {_one_line(message)}" if message else exc_name
+        said = _one_line(message).rstrip(".")  # torch's messages end with one already
+        shown = f"{exc_name}: {said}" if said else exc_name
     return _result(case, "error", _join(f"raised {shown}.", hint))
 
 

@@ -134,6 +134,50 @@ def perplexity(model, sentences):
 """,
         ),
     },
+    "04_self_attention": {
+        "ada-forgets-sqrt-dk": (
+            "qkv_scores",
+            """def qkv_scores(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    return q, k, v, q @ k.transpose(-2, -1)  # not divided by sqrt(d_k)
+""",
+        ),
+        # A wrong attention also costs task 4.4, whose layer calls it: the feedback says so.
+        "ben-softmax-over-the-queries": (
+            "scaled_dot_product_attention",
+            """def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2)  # over the queries, not the keys
+    return weights @ v, weights
+""",
+        ),
+        # A wrong causal mask also costs the causal cases of task 4.4.
+        "cy-hides-the-diagonal": (
+            "causal_mask",
+            """def causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).tril(-1)  # strictly below: no token sees itself
+""",
+        ),
+        "dee-minus-1e9": (
+            "scaled_dot_product_attention",
+            """def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)  # a large number, not -inf
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+""",
+        ),
+        "eve-ignores-causal": (
+            "self_attention",
+            """def self_attention(x, w_q, w_k, w_v, causal=False):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    return scaled_dot_product_attention(q, k, v)  # causal is never used
+""",
+        ),
+    },
 }
 
 
