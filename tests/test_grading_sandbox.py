@@ -439,3 +439,32 @@ def test_the_callers_main_script_is_not_run_again_in_children(tmp_path):
     )
     subprocess.run([sys.executable, str(script)], check=True, capture_output=True, timeout=120)
     assert marker.read_text() == "ran\n"
+
+
+FORK_AFTER_TENSOR_WORK = """
+import os
+import coursepkg.grading.preload
+import torch
+(torch.randn(300, 300) @ torch.randn(300, 300)).sum()  # like a checks module at import
+pid = os.fork()
+if pid == 0:
+    (torch.randn(300, 300) @ torch.randn(300, 300)).sum()
+    os._exit(0)
+print(os.waitpid(pid, 0)[1])
+"""
+
+
+def test_a_fork_after_tensor_work_in_the_server_does_not_hang():
+    """Tensor work in the fork server used to start torch's thread pool there; every child
+    then waited forever on threads it did not have. The server now imports
+    coursepkg.grading.preload first, which keeps torch on one thread."""
+    import subprocess
+    import sys
+
+    from coursepkg.grading import sandbox
+
+    assert sandbox._PRELOAD[0] == "coursepkg.grading.preload"
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_AFTER_TENSOR_WORK], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "0", result.stderr

@@ -35,7 +35,7 @@ import time
 import types
 from dataclasses import asdict, dataclass, field
 
-_PRELOAD = ["torch", "numpy", "coursepkg.checks", "coursepkg.grading.worker"]
+_PRELOAD = ["coursepkg.grading.preload", "numpy", "coursepkg.checks", "coursepkg.grading.worker"]
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 NOBODY = 65534
 
