@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
-CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention"]
+CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
@@ -101,7 +101,9 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
                    "\\mathrm{ctx}", "a_{t,s}", "v_a", "\\bar h_s", "additive_scores",
                    "AdditiveAttention", "Dv", "Hd", "SeqCodec.EOS", "W^V", "d_v",
                    "QK^\\top / \\sqrt{d_k}", "causal_mask(T)", "scaled_dot_product_attention",
-                   "SelfAttention(..., causal=True)", "\\operatorname{diag}(a) - a a^\\top"):
+                   "SelfAttention(..., causal=True)", "\\operatorname{diag}(a) - a a^\\top",
+                   "\\operatorname{MultiHead}(X)", "W^Q_h", "\\text{head}_h", "in_proj_weight",
+                   "out_proj", "d_head", "split_heads(x, n_heads)", "merge_heads(x)"):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
@@ -110,6 +112,8 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
     ("02_rnn", "c_t &= f_t \\odot c_{t-1} + i_t \\odot g_t"),  # the LSTM's cell update
     ("03_attention", "\\mathrm{ctx} = \\sum_{s=1}^{S} a_s\\, v_s"),  # the soft lookup
     ("04_self_attention", "\\operatorname{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}"),
+    ("05_multihead", "\\operatorname{MultiHead}(X) = [\\text{head}_1; \\dots; \\text{head}_H]\\, "
+                     "W^{O\\top}"),
 ])
 def test_chapter_has_typeset_math_served_locally(built, name, formula):
     source = chapter(name).read_text(encoding="utf-8")
@@ -126,7 +130,7 @@ def test_mathjax_is_shipped_with_the_book(built):
 
 
 @pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5),
-                                           ("04_self_attention", 5)])
+                                           ("04_self_attention", 5), ("05_multihead", 6)])
 def test_chapter_has_real_figures(built, name, minimum):
     page = chapter(name)
     source = page.read_text(encoding="utf-8")
@@ -152,6 +156,8 @@ SHOWN_CODE = [
        "Seq2Seq._context"]),
     *(("04_self_attention", "self_attention.py", name) for name in
       ["scaled_dot_product_attention", "SelfAttention.forward", "causal_mask"]),
+    *(("05_multihead", "multihead.py", name) for name in
+      ["split_heads", "merge_heads", "MultiHeadAttention.forward"]),
 ]
 
 
@@ -167,7 +173,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
 @pytest.mark.parametrize("name, factory", [("01_ngrams", "viz.ngram_explorer("),
                                            ("02_rnn", "viz.rnn_state_explorer("),
                                            ("03_attention", "viz.attention_lookup_explorer("),
-                                           ("04_self_attention", "viz.self_attention_explorer(")])
+                                           ("04_self_attention", "viz.self_attention_explorer("),
+                                           ("05_multihead", "viz.multihead_explorer(")])
 def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
@@ -209,6 +216,7 @@ CITED = {
                      "luong2015", "vaswani2017", "jain2019", "graves2014"},
     "04_self_attention": {"vaswani2017", "cheng2016", "parikh2016", "lin2017", "haviv2022",
                           "dao2022"},
+    "05_multihead": {"vaswani2017", "voita2019", "michel2019", "clark2019"},
 }
 
 
@@ -309,3 +317,103 @@ def test_self_attention_chapter_measures_the_scaling_and_the_cost(built):
     assert all(steps == s0 + per_token * (n - n0) for n, steps in lstm), (
         "the LSTM's chain of operations should grow linearly with n")
     assert "time grows like n^" in text
+
+
+def html_tables(source: str) -> list[list[list[str]]]:
+    """Every table of a page as rows of cell texts (header cells included)."""
+    tables = []
+    for table in re.findall(r"<table.*?</table>", source, flags=re.DOTALL):
+        rows = [[html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                 for cell in re.findall(r"<t[hd].*?</t[hd]>", row, flags=re.DOTALL)]
+                for row in re.findall(r"<tr.*?</tr>", table, flags=re.DOTALL)]
+        tables.append(rows)
+    return tables
+
+
+def table_with(source: str, *needles: str) -> list[list[str]]:
+    """The rows of the one table whose header cells contain every needle."""
+    found = [rows for rows in html_tables(source)
+             if all(any(needle in cell for cell in rows[0]) for needle in needles)]
+    assert len(found) == 1, f"expected one table with headers {needles}, found {len(found)}"
+    return found[0]
+
+
+def test_multihead_chapter_shows_the_blur_the_shapes_and_the_cost(built):
+    source = chapter("05_multihead").read_text(encoding="utf-8")
+    assert source.count("<table") >= 6, "the blur, the shapes, the cost, training, shares"
+    tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
+    assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
+
+    blur = {row[0]: row[1:] for row in table_with(source, "weights on read")[1:]}
+    both = blur["I read and watched Harry Potter"]
+    one_head, one_output, _, two_heads, two_output = both
+    weights = [float(w) for w in one_head.split(" / ")]
+    assert weights[0] == weights[1] and 0.45 < weights[0] < 0.5, "one head shares its weight"
+    assert all(float(w) > 0.99 for w in two_heads.split(" / ")), "each head finds its word"
+    assert one_output == f"[{weights[0]:.3f}, {weights[1]:.3f}]"
+    assert all(float(v) > 0.99 for v in two_output.strip("[]").split(", "))
+
+    shapes = [row[2:] for row in table_with(source, "letters")[1:]]
+    assert ["(2, 3, 5, 4)", "(B, H, T, Dh)"] in shapes
+    assert ["(2, 5, 3, 4)", "(B, T, H, Dh)"] in shapes
+    assert shapes[0] == shapes[-1] == ["(2, 5, 12)", "(B, T, D)"]
+
+    cost = table_with(source, "total operations (counted)")[1:]
+    assert [int(row[0]) for row in cost] == [1, 2, 4, 8, 16, 64]
+    assert len({tuple(row[2:6]) for row in cost}) == 1, "the same cost for every H"
+    assert cost[0][2:6] == ["1,050,624", "268,435,456", "33,554,432", "301,989,888"]
+
+    text = page_text(chapter("05_multihead"))
+    for needle in ("the steps give MultiHeadAttention's output: True and weights: True",
+                   "split_heads copies nothing, it views q's memory: True | contiguous: False",
+                   "counted, one value for every H: parameters [1050624] operations [301989888]",
+                   "and an output layer: 301,989,888 operations, 1,050,624 parameters"):
+        assert needle in text, f"missing {needle!r}"
+    loop = re.search(r"largest \|loop - reshape\|: outputs (\S+), weights (\S+)\n", text)
+    assert loop and max(float(loop[1]), float(loop[2])) < 1e-5
+    parity = re.findall(r"torch\.float(32|64) +(.+?) +largest \|ours - torch's\|: outputs (\S+), "
+                        r"per-head weights (\S+)\n", text)
+    assert len(parity) == 10 and {case for _, case, _, _ in parity} >= {
+        "key padding", "causal and key padding", "cross-attention, S = 7"}
+    for dtype, _, outputs, weights in parity:
+        assert max(float(outputs), float(weights)) < (1e-6 if dtype == "32" else 1e-12)
+
+
+def test_multihead_chapter_trains_heads_that_specialise(built):
+    source = chapter("05_multihead").read_text(encoding="utf-8")
+    results = {row[0]: row[1:] for row in table_with(source, "first step below")[1:]}
+    assert set(results) == {"1 head (seed 0)", "1 head (seed 1)", "2 heads", "4 heads"}
+    assert len({row[1] for row in results.values()}) == 1, "the same parameters for every model"
+    for model in ("2 heads", "4 heads"):
+        assert min(float(a) for a in results[model][-2:]) > 0.98, model
+    for model in ("1 head (seed 0)", "1 head (seed 1)"):
+        assert min(float(a) for a in results[model][-2:]) < 0.95, model
+        assert results[model][3] == "never"
+
+    shares = {}
+    for model, _, previous, marker, _ in table_with(source, "model", "share on itself")[1:]:
+        shares.setdefault(model, []).append((float(previous), float(marker)))
+    two = sorted(shares["2 heads"])  # (previous, marker): the marker head first
+    assert two[0][0] < 0.3 and two[0][1] > 0.9, "one head looks at the marker"
+    assert two[1][0] > 0.9 and two[1][1] < 0.3, "the other at the previous token"
+    assert 0.35 < shares["1 head (seed 1)"][0][0] < 0.65, "a single head blurs the two"
+
+    deep = table_with(source, "share on the position after the marker")[1:]
+    by_head = {(row[0], row[1]): [float(c) for c in row[2:]] for row in deep}
+    assert len(by_head) == 4
+    assert max(v[0] for (layer, _), v in by_head.items() if layer == "1") > 0.9  # looks back
+    assert max(v[2] for (layer, _), v in by_head.items() if layer == "2") > 0.9  # after marker
+
+    text = page_text(chapter("05_multihead"))
+    accuracy = re.search(r"accuracy on the previous letter (\S+), the marked letter (\S+), the "
+                         r"letter after it (\S+)\n", text)
+    assert accuracy and min(float(a) for a in accuracy.groups()) > 0.95
+    ablated = re.search(r"share on the position after the marker (\S+); without layer 1's head "
+                        r"\d: (\S+)\n", text)
+    assert ablated and float(ablated[1]) > 0.9 > 0.5 > float(ablated[2])
+    removed = re.findall(r"2 heads, without head (\d): accuracy on the previous letter (\S+), "
+                         r"on the marked letter (\S+)\n", text)
+    assert len(removed) == 2
+    assert sorted(min(float(p), float(m)) for _, p, m in removed)[1] < 0.2, (
+        "removing either head loses one of the two answers")
+    assert "layer 2, head 1:" in text and "layer 2, head 2:" in text  # the widget's message

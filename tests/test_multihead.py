@@ -806,6 +806,9 @@ def two_pattern_batch(n: int, seed: int, V: int = 5, T: int = 8):
 
 
 def test_two_heads_learn_two_attention_patterns_at_once():
+    """A smoke test that the module trains, and that with seed 0 its two heads split the work
+    (one looks back, one at the marker). One head can also solve this small version; the
+    book's chapter 5 uses a harder one where a single head fails."""
     V, T, D, H = 5, 8, 16, 2
     x, previous, marked_token, _ = two_pattern_batch(256, seed=0, V=V, T=T)
     torch.manual_seed(0)

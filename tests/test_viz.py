@@ -742,3 +742,178 @@ def test_self_attention_explorer_leaves_long_sentences_unannotated_and_rejects_b
     assert len(explorer.figure.axes[1].texts) == 0
     with pytest.raises(ValueError, match="d_k must be one of"):
         viz.self_attention_explorer(d_k=3)
+
+
+# ------------------------------------------------------------------------ chapter 5
+
+from coursepkg.multihead import split_heads  # noqa: E402
+
+
+def panel_numbers(ax):
+    return [int(t.get_text()) for t in ax.texts]
+
+
+def panel_colours(ax):
+    return ax.images[0].get_array()[..., :3]  # (rows, cols, RGB)
+
+
+def test_plot_head_split_shows_split_heads_and_the_wrong_reshape():
+    fig = viz.plot_head_split(4, 6, 3, title="split")
+    assert len(fig.axes) == 8  # x and 3 heads; a note and 3 wrong "heads"
+    x_ax, *head_axes = fig.axes[:4]
+    note, *wrong_axes = fig.axes[4:]
+    assert panel_numbers(x_ax) == list(range(24))
+    heads = split_heads(torch.arange(24).view(1, 4, 6), 3)[0]  # (H, T, Dh)
+    for h, ax in enumerate(head_axes):
+        assert panel_numbers(ax) == heads[h].flatten().tolist()
+        assert f"head {h + 1}" in ax.get_title() and "(4, 2)" in ax.get_title()
+        colours = panel_colours(ax)
+        assert np.allclose(colours, colours[0, 0])  # one head, one colour
+    assert panel_numbers(head_axes[0]) == [0, 1, 6, 7, 12, 13, 18, 19]
+    # the same colour for head 2's columns in x and in head 2's panel
+    assert np.allclose(panel_colours(x_ax)[0, 2], panel_colours(head_axes[1])[0, 0])
+    assert not np.allclose(panel_colours(head_axes[0])[0, 0], panel_colours(head_axes[1])[0, 0])
+    assert not note.axison and "without the transpose" in note.texts[0].get_text()
+    assert panel_numbers(wrong_axes[0]) == list(range(8))  # the first 8 numbers, rows 0 and 1
+    wrong = panel_colours(wrong_axes[0])
+    assert not np.allclose(wrong[0, 0], wrong[1, 0])  # heads mixed in one "head"
+    assert np.allclose(wrong[1, 0], panel_colours(head_axes[1])[0, 0])  # 2, 3 belong to head 2
+    assert fig._suptitle.get_text() == "split"
+    assert len(viz.plot_head_split(2, 4, 2, wrong=False).axes) == 3
+
+
+def test_plot_head_split_rejects_impossible_sizes():
+    with pytest.raises(ValueError, match="not divisible"):
+        viz.plot_head_split(4, 6, 4)
+    with pytest.raises(ValueError, match="positive"):
+        viz.plot_head_split(0, 6, 3)
+
+
+def _maps(T: int, H: int, seed: int) -> torch.Tensor:
+    return torch.rand(H, T, T, generator=torch.Generator().manual_seed(seed)).softmax(dim=-1)
+
+
+def test_plot_head_maps_draws_one_panel_per_head_with_a_shared_colour_bar():
+    tokens = ["a", "*b", "c"]
+    weights = _maps(3, 2, 0)
+    fig = viz.plot_head_maps(tokens, weights[None], title="maps")  # (1, H, T, T) is accepted
+    assert len(fig.axes) == 3  # two heads and one colour bar
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["head 1", "head 2"]
+    for h in range(2):
+        assert np.allclose(fig.axes[h].images[0].get_array(), weights[h].numpy())
+        assert fig.axes[h].images[0].get_clim() == (0.0, 1.0)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == tokens
+    assert fig.axes[2].get_ylabel() == "attention weight"
+    assert fig._suptitle.get_text() == "maps"
+    layers = [weights, _maps(3, 2, 1)]
+    grid = viz.plot_head_maps(tokens, layers, annotate=False)
+    assert [ax.get_title() for ax in grid.axes[:4]] == [
+        "layer 1, head 1", "layer 1, head 2", "layer 2, head 1", "layer 2, head 2"]
+    assert np.allclose(grid.axes[2].images[0].get_array(), layers[1][0].numpy())
+    assert len(grid.axes[0].texts) == 0
+    chosen = viz.plot_head_maps(tokens, layers, heads=[1], layer_names=["first", "second"])
+    assert [ax.get_title() for ax in chosen.axes[:2]] == ["first, head 2", "second, head 2"]
+    assert len(chosen.axes) == 3
+
+
+def test_plot_head_maps_checks_its_input():
+    with pytest.raises(ValueError, match="at least one layer"):
+        viz.plot_head_maps(["a"], [])
+    with pytest.raises(ValueError, match="layer 2 has 3 heads"):
+        viz.plot_head_maps(["a", "b"], [_maps(2, 2, 0), _maps(2, 3, 0)])
+    with pytest.raises(ValueError, match="expected 3 x 3 maps"):
+        viz.plot_head_maps(["a", "b", "c"], _maps(2, 2, 0))
+    with pytest.raises(ValueError, match="heads must be among 0 ... 1"):
+        viz.plot_head_maps(["a", "b"], _maps(2, 2, 0), heads=[2])
+    with pytest.raises(ValueError, match="2 layer names for 1 layers"):
+        viz.plot_head_maps(["a", "b"], _maps(2, 2, 0), layer_names=["x", "y"])
+    with pytest.raises(ValueError, match=r"\(H, T, T\)"):
+        viz.plot_head_maps(["a", "b"], torch.ones(2, 2))
+
+
+def fake_maps(text):
+    """Two layers of two heads over the characters of text: layer 1 looks at the previous
+    character (head 1; the first looks at itself) and spreads evenly (head 2); layer 2 looks at
+    itself (head 1) and at the last character (head 2)."""
+    if not text or "!" in text:
+        raise ValueError("no characters, or a '!'")
+    T = len(text)
+    previous = torch.zeros(T, T)
+    previous[0, 0] = 1.0
+    previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0
+    last = torch.zeros(T, T)
+    last[:, -1] = 1.0
+    return list(text), [torch.stack([previous, torch.full((T, T), 1 / T)]),
+                        torch.stack([torch.eye(T), last])]
+
+
+def test_multihead_explorer_starts_with_every_head_of_the_chosen_layer():
+    explorer = viz.multihead_explorer(fake_maps, text="abcde")
+    assert (explorer.n_layers, explorer.n_heads) == (2, 2)
+    assert explorer.layer.options == (1, 2) and explorer.head.options == ("all", 1, 2)
+    assert (explorer.layer.value, explorer.head.value) == (1, "all")
+    assert explorer.tokens == list("abcde")
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+    assert len(explorer.figure.axes) == 3  # two heads and a colour bar
+    assert [ax.get_title() for ax in explorer.figure.axes[:2]] == [
+        "layer 1, head 1", "layer 1, head 2"]
+    assert np.allclose(explorer.figure.axes[0].images[0].get_array(),
+                       fake_maps("abcde")[1][0][0].numpy())
+    lines = explorer.message.value.split("<br>")
+    assert lines[0] == ("layer 1, head 1: on the previous token 1.000, on itself 0.200, "
+                        "most on 'a' (key 1, 0.400)")
+    assert lines[1].startswith("layer 1, head 2: on the previous token 0.200, on itself 0.200")
+
+
+def test_multihead_explorer_redraws_when_each_control_changes():
+    explorer = viz.multihead_explorer(fake_maps, text="abcde")
+    before = bytes(explorer.image.value)
+    explorer.layer.value = 2
+    assert [ax.get_title() for ax in explorer.figure.axes[:2]] == [
+        "layer 2, head 1", "layer 2, head 2"]
+    assert "on itself 1.000" in explorer.message.value
+    assert bytes(explorer.image.value) != before
+    explorer.head.value = 2
+    assert len(explorer.figure.axes) == 2  # one head and its colour bar: never stacked
+    assert explorer.figure.axes[0].get_title() == "layer 2, head 2"
+    assert explorer.message.value == ("layer 2, head 2: on the previous token 0.000, on itself "
+                                      "0.200, most on 'e' (key 5, 1.000)")
+    explorer.text.value = "xyz"
+    assert explorer.tokens == list("xyz")
+    assert explorer.figure.axes[0].images[0].get_array().shape == (3, 3)
+    assert explorer.message.value.endswith("most on 'z' (key 3, 1.000)")
+
+
+def test_multihead_explorer_shows_why_an_input_cannot_be_read():
+    explorer = viz.multihead_explorer(fake_maps, text="abc", layer=2, head=1)
+    explorer.text.value = "a!b"
+    assert explorer.tokens == [] and explorer.weights == []
+    assert len(explorer.figure.axes) == 1
+    assert explorer.figure.axes[0].get_title() == "cannot read this input"
+    assert explorer.message.value == "<b>cannot read this input:</b> no characters, or a '!'"
+    explorer.text.value = "abcd"
+    assert explorer.tokens == list("abcd")  # readable again
+    assert explorer.figure.axes[0].get_title() == "layer 2, head 1"
+
+
+def test_multihead_explorer_escapes_markup_in_messages():
+    def maps(text):
+        if text.startswith("bad"):
+            raise ValueError(f"cannot read <{text}>")
+        return fake_maps(text)
+
+    explorer = viz.multihead_explorer(maps, text="ab<", layer=2, head=2)
+    assert explorer.message.value.endswith("most on '&lt;' (key 3, 1.000)")
+    explorer.text.value = "bad<i>"
+    assert explorer.message.value.endswith("cannot read &lt;bad&lt;i&gt;&gt;")
+
+
+def test_multihead_explorer_rejects_bad_starting_values():
+    with pytest.raises(ValueError, match="no characters"):
+        viz.multihead_explorer(fake_maps, text="")
+    with pytest.raises(ValueError, match="layer must be in 1 ... 2"):
+        viz.multihead_explorer(fake_maps, text="ab", layer=3)
+    with pytest.raises(ValueError, match="head must be 'all' or in 1 ... 2"):
+        viz.multihead_explorer(fake_maps, text="ab", head=0)
+    with pytest.raises(ValueError, match="at least one layer"):
+        viz.multihead_explorer(lambda text: (list(text), []), text="ab")
