@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 
+from coursepkg.checks import get_task
 from coursepkg.grading.demo import PLANTED, write_demo
 from coursepkg.grading.grader import grade
 from coursepkg.grading.sandbox import Limits
@@ -345,3 +346,160 @@ def test_chapter_4_library_shortcuts_are_refused_task_by_task(tmp_path):
         assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
         assert called in tasks[func_name]["cases"][0]["message"], func_name
     assert tasks["qkv_scores"]["status"] == "passed"
+
+
+# Chapter 5: student -> (the tasks the planted mistake costs, words their feedback must hold).
+# A wrong split_heads or merge_heads also costs multi_head_attention, which calls them: its
+# feedback says which part is wrong.
+EXPECTED_05 = {
+    "ada-views-without-transpose": (
+        {"split_heads", "multi_head_attention"},
+        ["mixes the heads with time", "The projections are right but the heads are split wrong"],
+    ),
+    "ben-views-a-transposed-tensor": (
+        {"merge_heads", "multi_head_attention"},
+        ["raised RuntimeError: view size is not compatible", ".contiguous().view"],
+    ),
+    "cy-scales-by-d-model": ({"multi_head_attention"}, ["not sqrt(d_model)"]),
+    "dee-forgets-out-proj": ({"multi_head_attention"}, ["Apply the output projection W^O"]),
+    "eve-torch-mask-convention": ({"multi_head_attention"}, ["True = NOT allowed"]),
+}
+
+
+def test_demo_batch_of_chapter_5_grades_end_to_end(tmp_path):
+    assert set(EXPECTED_05) == set(PLANTED["05_multihead"])
+    write_demo("05_multihead", ROOT, tmp_path / "subs")
+    rows = grade(
+        "05_multihead",
+        [tmp_path / "subs"],
+        tmp_path / "out",
+        jobs=2,
+        limits=Limits(timeout=20),
+        progress=False,
+    )
+    records = {found.student: record for found, record in rows}
+    assert set(records) == {"sol-full-marks", "ed-untouched", *PLANTED["05_multihead"]}
+    solution = records["sol-full-marks"]["tasks"]
+    assert [t["func_name"] for t in solution] == [
+        "split_heads", "merge_heads", "multi_head_attention"
+    ]
+    assert all(t["status"] == "passed" for t in solution)
+    assert sum(t["points"] for t in solution) == sum(t["max_points"] for t in solution) == 30
+    assert {t["status"] for t in records["ed-untouched"]["tasks"]} == {"not attempted"}
+    assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
+    gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    assert gradebook[0].startswith("student,file,5.1 split_heads,5.2 merge_heads,")
+    assert "ed-untouched,ed-untouched.ipynb,0,0,0,0,30,not attempted" in gradebook
+    assert "sol-full-marks,sol-full-marks.ipynb,8,8,14,30,30,passed" in gradebook
+    # the mask read the other way round costs exactly the cases that have a mask
+    masked = sum(case.args["mask"] is not None for case in get_task("5.3").cases)
+    assert (f"eve-torch-mask-convention,eve-torch-mask-convention.ipynb,8,8,{14 - masked},"
+            f"{30 - masked},30,partial") in gradebook
+    for student, (costs, words) in EXPECTED_05.items():
+        for task in records[student]["tasks"]:
+            if task["func_name"] in costs:
+                assert 0 <= task["points"] < task["max_points"], (student, task["func_name"])
+                assert task["status"] in ("partial", "failed", "error"), (student, task)
+            else:
+                assert task["status"] == "passed", (student, task["func_name"])
+        feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
+        for word in words:
+            assert word in feedback, (student, word)
+
+
+# Three notebooks, since each defines multi_head_attention its own forbidden way. Chapter 4's
+# scaled_dot_product_attention stays allowed in chapter 5 (the solution calls it).
+CHAPTER_5_SHORTCUTS = {
+    "torch-module": '''
+import torch
+from coursepkg.multihead import merge_heads
+
+
+def split_heads(x, n_heads):  # allowed: unflatten and transpose
+    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+
+
+def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                         out_proj_bias, n_heads, mask=None):
+    D = query.shape[-1]
+    module = torch.nn.MultiheadAttention(D, n_heads, bias=in_proj_bias is not None,
+                                         batch_first=True).to(query.dtype)
+    state = {"in_proj_weight": in_proj_weight, "out_proj.weight": out_proj_weight}
+    if in_proj_bias is not None:
+        state |= {"in_proj_bias": in_proj_bias, "out_proj.bias": out_proj_bias}
+    module.load_state_dict(state)
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    if mask is not None:
+        B, T, S = query.shape[0], query.shape[1], key.shape[1]
+        mask = ~mask.expand(B, n_heads, T, S).reshape(B * n_heads, T, S)
+    with torch.no_grad():
+        return module(query, key, value, attn_mask=mask, average_attn_weights=False)
+''',
+    "torch-fused": '''
+import math
+import torch
+import torch.nn.functional as F
+
+
+def merge_heads(x):  # allowed: torch.cat
+    return torch.cat(x.unbind(1), dim=-1)
+
+
+def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                         out_proj_bias, n_heads, mask=None):
+    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (None,) * 3
+    B, T, D = query.shape
+
+    def split(x):
+        return x.view(x.shape[0], x.shape[1], n_heads, D // n_heads).transpose(1, 2)
+
+    q, k, v = (split(F.linear(x, w, b)) for x, w, b in
+               ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D // n_heads)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), scores.softmax(-1)
+''',
+    "torch-functional": '''
+import torch.nn.functional as F
+
+
+def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                         out_proj_bias, n_heads, mask=None):
+    out, weights = F.multi_head_attention_forward(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), query.shape[-1],
+        n_heads, in_proj_weight, in_proj_bias, None, None, False, 0.0, out_proj_weight,
+        out_proj_bias, training=False, average_attn_weights=False)
+    return out.transpose(0, 1), weights
+''',
+}
+
+
+def test_chapter_5_library_shortcuts_are_refused_task_by_task(tmp_path):
+    for name, source in CHAPTER_5_SHORTCUTS.items():
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(source)]
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    rows = grade("05_multihead", [tmp_path / f"{name}.ipynb" for name in CHAPTER_5_SHORTCUTS],
+                 tmp_path / "out", jobs=1, limits=Limits(timeout=20), progress=False)
+    tasks = {found.student: {t["func_name"]: t for t in record["tasks"]}
+             for found, record in rows}
+    for student, func_name, called in [
+        ("torch-module", "merge_heads", "reference solution of task 5.2"),
+        ("torch-module", "multi_head_attention", "torch.nn.MultiheadAttention"),
+        ("torch-fused", "multi_head_attention",
+         "torch.nn.functional.scaled_dot_product_attention"),
+        ("torch-functional", "multi_head_attention",
+         "torch.nn.functional.multi_head_attention_forward"),
+    ]:
+        task = tasks[student][func_name]
+        assert task["status"] == "forbidden" and task["points"] == 0, (student, func_name)
+        assert called in task["cases"][0]["message"], (student, func_name)
+    assert tasks["torch-module"]["split_heads"]["status"] == "passed"
+    assert tasks["torch-fused"]["merge_heads"]["status"] == "passed"
+    assert tasks["torch-fused"]["split_heads"]["status"] == "missing"

@@ -18,6 +18,7 @@ from coursepkg.checks import (
     ch02_rnn,  # noqa: F401 - registers the chapter 2 tasks
     ch03_attention,  # noqa: F401 - registers the chapter 3 tasks
     ch04_self_attention,  # noqa: F401 - registers the chapter 4 tasks
+    ch05_multihead,  # noqa: F401 - registers the chapter 5 tasks
 )
 from coursepkg.checks.core import (
     STATUSES,

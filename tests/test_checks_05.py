@@ -1,0 +1,1112 @@
+"""Tests of the checks of chapter 5 (coursepkg.checks.ch05_multihead): the checks are graded
+code too.
+
+Every task must give full marks (public and hidden) to the reference and to correct
+implementations written differently here, take points from plausible wrong implementations with
+the hint that names their mistake, and never leak hidden data. ``check`` must print and never
+raise, whatever the student hands it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coursepkg import checks
+from coursepkg import multihead as mh
+from coursepkg.checks import ch04_self_attention as ch04
+from coursepkg.checks import ch05_multihead as ch05
+from coursepkg.checks import core
+from coursepkg.self_attention import scaled_dot_product_attention
+
+TASK_IDS = ("5.1", "5.2", "5.3")
+FUNC_NAMES = ("split_heads", "merge_heads", "multi_head_attention")
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct implementations written differently from the references
+# ---------------------------------------------------------------------------------------------
+
+
+def split_heads(x, n_heads):
+    """The notebook's solution."""
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def split_heads_stack(x, n_heads):
+    """Cut the features into H chunks, stack them on a new head axis."""
+    return torch.stack(x.split(x.shape[-1] // n_heads, dim=-1), dim=1)
+
+
+def split_heads_unflatten_permute(x, n_heads):
+    """unflatten the last dim, then permute; contiguous at the end."""
+    return x.unflatten(-1, (n_heads, -1)).permute(0, 2, 1, 3).contiguous()
+
+
+def merge_heads(x):
+    """The notebook's solution."""
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)
+
+
+def merge_heads_cat(x):
+    """The heads side by side with torch.cat."""
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def merge_heads_contiguous_view(x):
+    """permute, contiguous, then view (legal after contiguous), flatten with -1."""
+    B, _, T, _ = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(B, T, -1)
+
+
+def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                         out_proj_bias, n_heads, mask=None):
+    """The notebook's solution: own split/merge around chapter 4's attention."""
+    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (None,) * 3
+    q = split_heads(F.linear(query, w_q, b_q), n_heads)
+    k = split_heads(F.linear(key, w_k, b_k), n_heads)
+    v = split_heads(F.linear(value, w_v, b_v), n_heads)
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask)
+    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), weights
+
+
+def mha_loop_over_heads(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                        out_proj_bias, n_heads, mask=None):
+    """One head at a time, with slices of the weights; torch.where for the mask."""
+    D = query.shape[-1]
+    Dh = D // n_heads
+    bias = in_proj_bias if in_proj_bias is not None else torch.zeros(3 * D, dtype=query.dtype)
+    if mask is not None:
+        mask = mask[:, None] if mask.dim() == 3 else mask
+    outs, maps = [], []
+    for h in range(n_heads):
+        rows = slice(h * Dh, (h + 1) * Dh)
+        q = query @ in_proj_weight[:D][rows].T + bias[:D][rows]
+        k = key @ in_proj_weight[D:2 * D][rows].T + bias[D:2 * D][rows]
+        v = value @ in_proj_weight[2 * D:][rows].T + bias[2 * D:][rows]
+        scores = q @ k.mT / math.sqrt(Dh)  # (B, T, S)
+        if mask is not None:
+            head_mask = torch.broadcast_to(mask, (*scores.shape[:1], n_heads, *scores.shape[1:]))
+            scores = torch.where(head_mask[:, h], scores, NEG_INF)
+        weights = scores.softmax(dim=-1)
+        outs.append(weights @ v)
+        maps.append(weights)
+    out = torch.cat(outs, dim=-1) @ out_proj_weight.T
+    if out_proj_bias is not None:
+        out = out + out_proj_bias
+    return out, torch.stack(maps, dim=1)
+
+
+def mha_einsum(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+               n_heads, mask=None):
+    """One projection for the three (when self-attention would allow it, it still projects
+    each input), einsum scores, an additive mask, the package-free softmax."""
+    B, T, D = query.shape
+    S = key.shape[1]
+    H, Dh = n_heads, D // n_heads
+    w = in_proj_weight.view(3, H, Dh, D)
+    b = in_proj_bias.view(3, H, Dh) if in_proj_bias is not None else None
+    q = torch.einsum("btd,hed->bhte", query, w[0])
+    k = torch.einsum("bsd,hed->bhse", key, w[1])
+    v = torch.einsum("bsd,hed->bhse", value, w[2])
+    if b is not None:
+        q, k, v = q + b[0, :, None], k + b[1, :, None], v + b[2, :, None]
+    scores = torch.einsum("bhte,bhse->bhts", q, k) * Dh**-0.5
+    if mask is not None:
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
+    weights = torch.softmax(scores, dim=-1)
+    heads = torch.einsum("bhts,bhse->bthe", weights, v).reshape(B, T, D)
+    assert heads.shape[1] == T and weights.shape[-1] == S
+    return F.linear(heads, out_proj_weight, out_proj_bias), weights
+
+
+CORRECT = {
+    "5.1": [mh.split_heads, split_heads, split_heads_stack, split_heads_unflatten_permute],
+    "5.2": [mh.merge_heads, merge_heads, merge_heads_cat, merge_heads_contiguous_view],
+    "5.3": [ch05.multi_head_attention, multi_head_attention, mha_loop_over_heads, mha_einsum],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plausible wrong implementations, each with the hint it must get
+# ---------------------------------------------------------------------------------------------
+
+
+def split_no_transpose(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, n_heads, T, D // n_heads)  # heads mixed with time
+
+
+def split_wrong_axes(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 3)
+
+
+def split_interleaved(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def split_transpose_first(x, n_heads):
+    B, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, n_heads, T, D // n_heads)
+
+
+def split_not_moved(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads)
+
+
+def split_folded(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2).reshape(B * n_heads, T, -1)
+
+
+def split_float_width(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D / n_heads).transpose(1, 2)
+
+
+def merge_no_transpose(x):
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)  # heads mixed with time
+
+
+def merge_view(x):
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).view(B, T, H * Dh)  # view of a non-contiguous tensor
+
+
+def merge_interleaved(x):
+    B, H, T, Dh = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
+
+
+def merge_wrong_axes(x):
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 3).reshape(B, T, H * Dh)
+
+
+def merge_mean(x):
+    return x.mean(dim=1)
+
+
+def merge_cat_over_time(x):
+    return torch.cat(x.unbind(dim=1), dim=1)
+
+
+def merge_not_flattened(x):
+    return x.transpose(1, 2)
+
+
+def _attention(q, k, v, mask=None, *, width=None, invert=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(width or q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask if invert else ~mask, NEG_INF)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _mha_with(*, split=split_heads, merge=merge_heads, attend=_attention, order=(0, 1, 2),
+              out_proj=True, in_bias=True, unsqueeze=True, kv_from_query=False,
+              average=False, scale_by_d_model=False):
+    """A student's forward with one mistake switched on (defaults: right)."""
+
+    def forward(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                out_proj_bias, n_heads, mask=None):
+        chunks = in_proj_weight.chunk(3)
+        w_q, w_k, w_v = (chunks[i] for i in order)
+        if in_proj_bias is not None and in_bias:
+            b_chunks = in_proj_bias.chunk(3)
+            b_q, b_k, b_v = (b_chunks[i] for i in order)
+        else:
+            b_q = b_k = b_v = None
+        if kv_from_query:
+            key = value = query
+        q = split(F.linear(query, w_q, b_q), n_heads)
+        k = split(F.linear(key, w_k, b_k), n_heads)
+        v = split(F.linear(value, w_v, b_v), n_heads)
+        if mask is not None and mask.dim() == 3 and unsqueeze:
+            mask = mask.unsqueeze(1)
+        if scale_by_d_model:
+            heads, weights = _attention(q, k, v, mask, width=query.shape[-1])
+        else:
+            heads, weights = attend(q, k, v, mask)
+        out = merge(heads)
+        if out_proj:
+            out = F.linear(out, out_proj_weight, out_proj_bias)
+        return out, weights.mean(dim=1) if average else weights
+
+    return forward
+
+
+def _named(func, name):
+    func.__name__ = name
+    return func
+
+
+mha_no_out_proj = _named(_mha_with(out_proj=False), "mha_no_out_proj")
+mha_sqrt_d_model = _named(_mha_with(scale_by_d_model=True), "mha_sqrt_d_model")
+mha_kqv_order = _named(_mha_with(order=(1, 0, 2)), "mha_kqv_order")
+mha_vkq_order = _named(_mha_with(order=(2, 1, 0)), "mha_vkq_order")
+mha_weights_averaged = _named(_mha_with(average=True), "mha_weights_averaged")
+mha_mask_not_per_head = _named(_mha_with(unsqueeze=False), "mha_mask_not_per_head")
+mha_torch_mask_convention = _named(
+    _mha_with(attend=lambda q, k, v, m: _attention(q, k, v, m, invert=True)),
+    "mha_torch_mask_convention")
+mha_split_no_transpose = _named(_mha_with(split=split_no_transpose), "mha_split_no_transpose")
+mha_split_interleaved = _named(_mha_with(split=split_interleaved), "mha_split_interleaved")
+mha_merge_no_transpose = _named(_mha_with(merge=merge_no_transpose), "mha_merge_no_transpose")
+mha_merge_view = _named(_mha_with(merge=merge_view), "mha_merge_view")
+mha_no_in_bias = _named(_mha_with(in_bias=False), "mha_no_in_bias")
+mha_self_attention_only = _named(_mha_with(kv_from_query=True), "mha_self_attention_only")
+
+
+def _softmax_over_heads(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, NEG_INF)
+    weights = torch.softmax(scores, dim=1)  # dim 1 of (B, H, T, S) is the heads
+    return weights @ v, weights
+
+
+mha_softmax_over_heads = _named(_mha_with(attend=_softmax_over_heads), "mha_softmax_over_heads")
+
+
+def mha_no_out_bias(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                    out_proj_bias, n_heads, mask=None):
+    out, weights = multi_head_attention(query, key, value, in_proj_weight, in_proj_bias,
+                                        out_proj_weight, None, n_heads, mask)
+    return out, weights
+
+
+def mha_bias_never_none(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
+                        out_proj_bias, n_heads, mask=None):
+    b_q, b_k, b_v = in_proj_bias.chunk(3)  # AttributeError when the bias is None
+    return multi_head_attention(query, key, value, in_proj_weight, in_proj_bias,
+                                out_proj_weight, out_proj_bias, n_heads, mask)
+
+
+def mha_weights_not_transposed(query, key, value, in_proj_weight, in_proj_bias,
+                               out_proj_weight, out_proj_bias, n_heads, mask=None):
+    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (0, 0, 0)
+    q = split_heads(query @ w_q + b_q, n_heads)
+    k = split_heads(key @ w_k + b_k, n_heads)
+    v = split_heads(value @ w_v + b_v, n_heads)
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    heads, weights = _attention(q, k, v, mask)
+    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), weights
+
+
+def mha_returns_weights_first(*args):
+    out, weights = multi_head_attention(*args)
+    return weights, out
+
+
+SOFTMAX_DIM_1 = ch04.HINT_SOFTMAX_DIM_1
+RUNTIME_HINTS = {task_id: checks.get_task(task_id).error_hints.get("RuntimeError")
+                 for task_id in TASK_IDS}
+
+WRONG = {
+    "5.1": [
+        (split_no_transpose, ch05.HINT_SPLIT_NO_TRANSPOSE),
+        (split_wrong_axes, ch05.HINT_SPLIT_WRONG_AXES),
+        (split_interleaved, ch05.HINT_SPLIT_INTERLEAVED),
+        (split_transpose_first, ch05.HINT_SPLIT_TRANSPOSE_FIRST),
+        (split_not_moved, ch05.HINT_SPLIT_NOT_MOVED),
+        (split_folded, ch05.HINT_SPLIT_FOLDED),
+        (split_float_width, "Dh = D // n_heads"),
+    ],
+    "5.2": [
+        (merge_no_transpose, ch05.HINT_MERGE_NO_TRANSPOSE),
+        (merge_view, ch05.HINT_MERGE_VIEW),
+        (merge_interleaved, ch05.HINT_MERGE_INTERLEAVED),
+        (merge_wrong_axes, ch05.HINT_MERGE_WRONG_AXES),
+        (merge_mean, ch05.HINT_MERGE_REDUCED),
+        (merge_cat_over_time, ch05.HINT_MERGE_STACKED),
+        (merge_not_flattened, ch05.HINT_MERGE_NOT_FLAT),
+    ],
+    "5.3": [
+        (mha_no_out_proj, ch05.HINT_NO_OUT_PROJ),
+        (mha_sqrt_d_model, ch05.HINT_SCALE_D_HEAD),
+        (mha_kqv_order, ch05.HINT_CHUNK_ORDER),
+        (mha_vkq_order, ch05.HINT_CHUNK_ORDER),
+        (mha_weights_averaged, ch05.HINT_WEIGHTS_AVERAGED),
+        (mha_mask_not_per_head, ch05.HINT_MASK_NOT_PER_HEAD),
+        (mha_torch_mask_convention, ch05.HINT_MASK_TORCH_CONVENTION),
+        (mha_split_no_transpose,
+         f"{ch05.HINT_MHA_SPLIT_WRONG} {ch05.HINT_SPLIT_NO_TRANSPOSE}"),
+        (mha_split_interleaved, f"{ch05.HINT_MHA_SPLIT_WRONG} {ch05.HINT_SPLIT_INTERLEAVED}"),
+        (mha_merge_no_transpose,
+         f"{ch05.HINT_MHA_MERGE_WRONG} {ch05.HINT_MERGE_NO_TRANSPOSE}"),
+        (mha_merge_view, ".view after a transpose fails: use .reshape"),
+        (mha_no_in_bias, ch05.HINT_IN_BIAS),
+        (mha_no_out_bias, ch05.HINT_OUT_BIAS),
+        (mha_bias_never_none, "may be None"),
+        (mha_self_attention_only, ch05.HINT_WEIGHTS_SELF_ONLY),
+        (mha_weights_not_transposed, ch05.HINT_IN_NOT_TRANSPOSED),
+        (mha_softmax_over_heads, f"{ch05.HINT_MHA_ATTENTION_WRONG} {SOFTMAX_DIM_1}"),
+        (mha_returns_weights_first, ch04.HINT_PAIR_ORDER),
+    ],
+}
+
+WRONG_PARAMS = [
+    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
+    for task_id, wrongs in WRONG.items()
+    for func, hint in wrongs
+]
+
+
+def stub(*args):
+    raise NotImplementedError("Task 5.1: write split_heads")
+
+
+def _inputs(task_id, case):
+    """The case's arguments, with the optional mask made explicit for 5.3."""
+    args = checks.get_task(task_id).build_args(case.args)
+    return args if task_id != "5.3" or len(args) == 9 else (*args, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry and the cases
+# ---------------------------------------------------------------------------------------------
+
+
+def test_chapter_5_tasks_are_registered_in_order():
+    tasks = checks.tasks_for("05_multihead")
+    assert [task.id for task in tasks] == list(TASK_IDS)
+    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
+    assert checks.task_by_func_name("merge_heads", "05_multihead") is checks.get_task("5.2")
+    assert sum(task.max_points() for task in tasks) == 30
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
+    task = checks.get_task(task_id)
+    assert len(task.public_cases) >= 3
+    assert len(task.hidden_cases) >= 5
+    assert all(case.points > 0 for case in task.cases)
+    assert 3 <= task.max_points(public_only=True) <= 5
+    assert task.max_points() == sum(case.points for case in task.cases)
+    assert len({case.name for case in task.cases}) == len(task.cases)
+    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
+    for name in ("coursepkg.multihead", "coursepkg.checks", "torch.nn.MultiheadAttention",
+                 "torch.nn.functional.scaled_dot_product_attention",
+                 "torch.nn.functional.multi_head_attention_forward"):
+        assert name in task.forbidden
+    # chapter 4's function is the previous exercise: task 5.3 may call it
+    assert not any(name.startswith("coursepkg.self_attention") for name in task.forbidden)
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_case_args_are_plain_json(task_id):
+    task = checks.get_task(task_id)
+    for case in task.cases:
+        assert checks.plain_problem(case.args) is None, case.name
+        assert json.loads(json.dumps(case.args)) == case.args, case.name
+        expected = task.to_plain(task.reference(*task.build_args(case.args)))
+        assert checks.plain_problem(expected) is None
+        assert json.loads(json.dumps(expected)) == expected
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_hidden_cases_differ_from_the_public_ones(task_id):
+    task = checks.get_task(task_id)
+    public = [case.args for case in task.public_cases]
+    seeds = {args["seed"] for args in public}
+    for case in task.hidden_cases:
+        assert case.args not in public
+        assert case.args["seed"] not in seeds
+    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
+    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
+    heads = [(case.args["H"], _width(task_id, case)) for case in task.hidden_cases]
+    assert any(H == 1 for H, _ in heads)  # one head
+    assert any(Dh == 1 for _, Dh in heads)  # heads of width 1
+
+
+def _width(task_id, case):
+    """Dh of a case."""
+    args = case.args
+    return args["Dh"] if task_id == "5.2" else args["D"] // args["H"]
+
+
+def test_the_reshape_cases_let_wrong_axes_keep_the_shape():
+    """In one public case of 5.1 and 5.2 every size is 2: a transposition of the wrong axes
+    runs and gives the right shape, so the values name it."""
+    for task_id in ("5.1", "5.2"):
+        cases = checks.get_task(task_id).public_cases
+        assert any(len({c.args["B"], c.args["T"], c.args["H"], _width(task_id, c)}) == 1
+                   and c.args["H"] > 1 for c in cases), task_id
+        assert any(len({c.args["B"], c.args["T"], c.args["H"], _width(task_id, c)}) == 4
+                   for c in cases), task_id
+        layouts = {c.args["layout"] for c in checks.get_task(task_id).hidden_cases}
+        assert layouts == {"contiguous", "transposed"}
+
+
+def test_a_non_contiguous_input_is_really_one():
+    for task_id in ("5.1", "5.2"):
+        task = checks.get_task(task_id)
+        for case in task.cases:
+            x = task.build_args(case.args)[0]
+            assert x.is_contiguous() == (case.args["layout"] == "contiguous"), case.name
+
+
+def test_the_attention_cases_cover_masks_layouts_and_widths():
+    task = checks.get_task("5.3")
+    public, hidden = task.public_cases, task.hidden_cases
+    ranks = set()
+    for case in task.cases:
+        query, key, value, w_in, b_in, w_out, b_out, H, mask = _inputs("5.3", case)
+        B, T, D = query.shape
+        S = key.shape[1]
+        assert value.shape == key.shape and w_in.shape == (3 * D, D) and w_out.shape == (D, D)
+        assert (b_in is None) == (b_out is None) == (not case.args["bias"])
+        assert (key is query) == (not case.args["cross"])
+        if mask is None:
+            continue
+        ranks.add(mask.dim())
+        scores_shape = (B, H, T, S)
+        full = mask.unsqueeze(1) if mask.dim() == 3 else mask
+        assert torch.broadcast_shapes(full.shape, scores_shape) == scores_shape, case.name
+        assert full.expand(scores_shape).any(dim=-1).all(), case.name  # a key for every query
+        assert not mask.all(), case.name
+    assert ranks == {2, 3, 4}
+    # sqrt(D) and sqrt(Dh) differ; cross-attention with S != T; no biases; a (B, T, S) mask
+    # with B = H in public (wrong numbers) and B != H hidden (a crash)
+    for cases in (public, hidden):
+        assert any(c.args["cross"] and c.args["S"] != c.args["T"] for c in cases)
+        assert any(not c.args["bias"] for c in cases)
+        assert {c.args["mask"] is None for c in cases} == {True, False}
+    assert all(c.args["H"] > 1 for c in public)
+    three_d = [c for c in task.cases if _inputs("5.3", c)[-1] is not None
+               and _inputs("5.3", c)[-1].dim() == 3]
+    assert {(c.hidden, c.args["B"] == c.args["H"]) for c in three_d} == {(False, True),
+                                                                         (True, False)}
+    assert any(c.args["T"] == 1 for c in hidden) and any(c.args["B"] == 1 for c in hidden)
+
+
+def test_inputs_are_reproducible_and_fresh():
+    task = checks.get_task("5.3")
+    case = task.cases[1]
+    first, second = task.build_args(case.args), task.build_args(case.args)
+    for a, b in zip(first, second, strict=True):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b) and a is not b
+    float64 = task.build_args({**case.args, "dtype": "float64"})
+    assert float64[0].dtype == torch.float64 and float64[-1].dtype == torch.bool
+    torch.testing.assert_close(float64[3].float(), first[3])
+
+
+def test_references_agree_with_torch():
+    """The reference of 5.3 equals torch.nn.MultiheadAttention with the same weights (torch's
+    masks are True = NOT allowed; a (B, T, S) mask is repeated for each head)."""
+    for case in checks.get_task("5.3").cases:
+        args = checks.get_task("5.3").build_args({**case.args, "dtype": "float64"})
+        query, key, value, w_in, b_in, w_out, b_out, H, mask = (
+            args if len(args) == 9 else (*args, None))
+        D = query.shape[-1]
+        torch.manual_seed(0)
+        ref = nn.MultiheadAttention(D, H, bias=b_in is not None, batch_first=True).double()
+        state = {"in_proj_weight": w_in, "out_proj.weight": w_out}
+        if b_in is not None:
+            state |= {"in_proj_bias": b_in, "out_proj.bias": b_out}
+        ref.load_state_dict(state)
+        torch_mask = None
+        if mask is not None:
+            B, T, S = query.shape[0], query.shape[1], key.shape[1]
+            full = (mask.unsqueeze(1) if mask.dim() == 3 else mask).expand(B, H, T, S)
+            torch_mask = ~full.reshape(B * H, T, S)
+        with torch.no_grad():
+            expected_out, expected_weights = ref(query, key, value, attn_mask=torch_mask,
+                                                 average_attn_weights=False)
+        out, weights = ch05.multi_head_attention(*args)
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(weights, expected_weights)
+    for case in checks.get_task("5.1").cases:
+        x, H = checks.get_task("5.1").build_args(case.args)
+        heads = ch05.split_heads(x, H)
+        D = x.shape[-1]
+        for h in range(H):
+            assert torch.equal(heads[:, h], x[..., h * D // H:(h + 1) * D // H])
+        assert torch.equal(mh.merge_heads(heads), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct implementations: full marks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_correct_implementations_get_full_marks(task_id):
+    for func in CORRECT[task_id]:
+        result = checks.run_task(task_id, func, hidden=True)
+        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
+        assert result.points == result.max_points == checks.get_task(task_id).max_points()
+        assert all(case.message == "" for case in result.cases)
+
+
+def test_float64_computation_of_float32_inputs_is_close_enough():
+    def via_float64(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask=None):
+        def d(t):
+            return None if t is None else t.double()
+
+        out, weights = multi_head_attention(d(query), d(key), d(value), d(w_in), d(b_in),
+                                            d(w_out), d(b_out), n_heads, mask)
+        return out.to(query.dtype), weights.to(query.dtype)
+
+    assert checks.run_task("5.3", via_float64, hidden=True).status == "passed"
+
+
+def test_public_run_is_public_only():
+    result = checks.run_task("5.3", ch05.multi_head_attention)
+    assert not any(case.hidden for case in result.cases)
+    assert result.max_points == checks.get_task("5.3").max_points(public_only=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong implementations: lose points and get the hint that names their mistake
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
+def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
+    public = checks.run_task(task_id, func)
+    assert public.points < public.max_points
+    assert public.status in ("partial", "failed")
+    messages = [case.message for case in public.cases if case.status != "passed"]
+    assert any(hint in message for message in messages), messages
+    everything = checks.run_task(task_id, func, hidden=True)
+    assert everything.points < everything.max_points
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_at_least_three_wrong_implementations_per_task(task_id):
+    assert len(WRONG[task_id]) >= 3
+    assert len({hint for _, hint in WRONG[task_id]}) >= 3
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_wrong_implementations_are_told_apart(task_id):
+    """A failed public case names the function's own mistake, unless its output there is
+    identical to that of another known mistake, or the case's shapes make it crash (a hint for
+    the error), or they expose it (a shape hint)."""
+    task = checks.get_task(task_id)
+
+    def output(func, case):
+        try:
+            return json.dumps(checks.student_output(task, case, func))
+        except Exception as exc:
+            return type(exc).__name__
+
+    for func, hint in WRONG[task_id]:
+        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
+                                strict=True):
+            if result.status == "passed" or hint in result.message:
+                continue
+            if result.status == "error" or "of shape" in result.message:
+                continue
+            twins = [other for other, other_hint in WRONG[task_id]
+                     if other_hint in result.message and output(other, case) == output(func, case)]
+            assert twins, (func.__name__, case.name, result.message)
+
+
+def test_the_view_mistake_fails_only_where_the_memory_is_out_of_order():
+    """transpose(1, 2).view(...) raises on a contiguous (B, H, T, Dh) input with H, T > 1, with
+    a hint naming reshape; on split_heads' own output (a transposed view), with one head or with
+    heads of width 1 it happens to work."""
+    result = checks.run_task("5.2", merge_view, hidden=True)
+    by_name = {case.name: case for case in result.cases}
+    for case in result.cases:
+        if case.status == "error":
+            assert case.message.startswith("raised RuntimeError")
+            assert ".reshape(B, T, H * Dh)" in case.message and ".contiguous()" in case.message
+    task = checks.get_task("5.2")
+    works = {c.name for c in task.cases
+             if c.args["layout"] == "transposed" or c.args["H"] == 1 or c.args["Dh"] == 1}
+    assert {name for name, case in by_name.items() if case.status == "passed"} == works
+    public = checks.run_task("5.2", merge_view)
+    assert all("view size is not compatible" in case.message for case in public.cases)
+
+
+def test_shapes_name_the_mistake_where_values_cannot():
+    """Where the sizes differ, a transposition of the wrong axes gives the wrong shape and the
+    shape names it; in the every-size-2 case the values do."""
+    result = checks.run_task("5.1", split_wrong_axes)
+    assert [case.status for case in result.cases] == ["failed"] * 3
+    assert "Expected heads of shape (2, 2, 5, 3), got (2, 3, 2, 5)." in result.cases[0].message
+    assert all(case.message.startswith(ch05.HINT_SPLIT_WRONG_AXES) for case in result.cases)
+    result = checks.run_task("5.3", mha_weights_averaged)
+    assert "Expected weights of shape (2, 2, 5, 4), got (2, 5, 4)." in result.cases[0].message
+
+
+def test_the_mask_mistakes_show_only_where_they_matter():
+    """A (B, T, S) mask not unsqueezed costs the public case where B = H (wrong numbers, named)
+    and the hidden one where B != H (chapter 4's attention refuses the mask); masks of other
+    ranks are not affected."""
+    result = checks.run_task("5.3", mha_mask_not_per_head, hidden=True)
+    bad = {case.name: case for case in result.cases if case.status != "passed"}
+    assert set(bad) == {checks.get_task("5.3").cases[3].name,
+                        "hidden: a (B, T, S) mask with B != H"}
+    assert bad["hidden: a (B, T, S) mask with B != H"].status == "error"
+    result = checks.run_task("5.3", mha_torch_mask_convention, hidden=True)
+    masked = [c.args["mask"] is not None for c in checks.get_task("5.3").cases]
+    assert [case.status == "passed" for case in result.cases] == [not m for m in masked]
+
+
+def test_chunk_orders_and_biases_show_in_every_case_they_can():
+    task = checks.get_task("5.3")
+    for func in (mha_kqv_order, mha_vkq_order):
+        assert checks.run_task("5.3", func).points == 0
+    for func in (mha_no_in_bias, mha_no_out_bias):
+        result = checks.run_task("5.3", func, hidden=True)
+        assert [case.status == "passed" for case in result.cases] == [
+            not c.args["bias"] for c in task.cases]
+
+
+def test_one_head_and_heads_of_width_1_are_the_edge_cases_they_should_be():
+    """With H = 1 the split without transpose and the scale by sqrt(D) are right; with Dh = 1
+    the interleaved split is."""
+    result = checks.run_task("5.3", mha_sqrt_d_model, hidden=True)
+    passed = {case.name for case in result.cases if case.status == "passed"}
+    assert passed == {"hidden: one head (H = 1)"}
+    result = checks.run_task("5.1", split_interleaved, hidden=True)
+    passed = {case.name for case in result.cases if case.status == "passed"}
+    assert passed == {"hidden: one head (H = 1)", "hidden: heads of width 1 (H = D)"}
+
+
+def test_public_failures_show_the_specifics():
+    result = checks.run_task("5.1", split_no_transpose)
+    detail = result.cases[0].message.removeprefix(ch05.HINT_SPLIT_NO_TRANSPOSE).strip()
+    assert detail.startswith("heads[") and "expected" in detail and "values differ)." in detail
+    result = checks.run_task("5.2", merge_mean)
+    assert result.cases[0].message.endswith("Expected out of shape (2, 5, 6), got (2, 5, 3).")
+    result = checks.run_task("5.3", mha_returns_weights_first)
+    assert result.cases[0].message.endswith(
+        "Expected out of shape (2, 5, 8), got (2, 2, 5, 4).")
+    result = checks.run_task("5.1", split_float_width)
+    assert result.cases[0].message.startswith("raised TypeError: view(): argument 'size'")
+
+
+def test_dtype_mismatch_is_named_in_the_float64_case():
+    def float32_heads(x, n_heads):
+        return split_heads(x, n_heads).float()
+
+    result = checks.run_task("5.1", float32_heads, hidden=True)
+    failed = [case for case in result.cases if case.status != "passed"]
+    assert [case.name for case in failed] == ["hidden: float64"]
+    assert failed[0].message == ch05.HINT_DTYPE
+
+
+def test_a_crash_on_an_edge_case_costs_only_that_case():
+    def no_single_query(*args):
+        if args[0].shape[1] == 1:
+            raise IndexError("index 1 is out of bounds")
+        return multi_head_attention(*args)
+
+    result = checks.run_task("5.3", no_single_query, hidden=True)
+    bad = [case for case in result.cases if case.status != "passed"]
+    assert [case.name for case in bad] == ["hidden: one query, a key-padding mask"]
+    assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
+
+
+def test_exceptions_become_errors_with_hints():
+    result = checks.run_task("5.3", mha_bias_never_none)
+    errors = [case for case in result.cases if case.status == "error"]
+    assert len(errors) == 1
+    assert errors[0].message.startswith("raised AttributeError: 'NoneType' object has no "
+                                        "attribute 'chunk'")
+
+    def no_default(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask):
+        return multi_head_attention(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask)
+
+    result = checks.run_task("5.3", no_default)
+    assert result.cases[0].status == "error" and "default mask=None" in result.cases[0].message
+    assert result.cases[1].status == "passed"
+    assert all("\n" not in case.message for case in result.cases)
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
+def test_any_exception_from_student_code_is_an_error(exc):
+    def raises(*args):
+        raise exc
+
+    result = checks.run_task("5.3", raises, hidden=True)
+    assert {case.status for case in result.cases} == {"error"}
+    assert result.points == 0 and result.status == "failed"
+
+
+def test_stub_is_not_attempted():
+    for task_id in TASK_IDS:
+        result = checks.run_task(task_id, stub, hidden=True)
+        assert result.status == "not attempted"
+        assert result.points == 0
+        assert {case.status for case in result.cases} == {"not attempted"}
+
+
+@pytest.mark.parametrize(
+    ("task_id", "func", "expected"),
+    [
+        ("5.1", lambda x, n: split_heads(x, n).tolist(),
+         "expected the heads as a torch.Tensor, got list"),
+        ("5.1", lambda x, n: split_heads(x, n).unbind(1), "got tuple"),
+        ("5.2", lambda x: None, "expected the merged heads as a torch.Tensor, got NoneType"),
+        ("5.2", lambda x: merge_heads(x).long(), "got dtype torch.int64"),
+        ("5.3", lambda *a: multi_head_attention(*a)[0],
+         "expected a pair (out, weights), got Tensor"),
+        ("5.3", lambda *a: (*multi_head_attention(*a), None), "got a tuple of 3"),
+    ],
+)
+def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
+    result = checks.run_task(task_id, func)
+    assert {case.status for case in result.cases} == {"failed"}
+    assert result.points == 0
+    assert expected in result.cases[0].message, result.cases[0].message
+
+
+def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
+    result = checks.run_task("5.3", lambda *a: None, hidden=True)
+    hidden = [case for case in result.cases if case.hidden]
+    assert {case.message for case in hidden} == {"Return a pair (out, weights) of tensors."}
+
+
+def test_nan_and_inf_never_pass():
+    for value in (math.nan, math.inf):
+        def returns(*args, value=value):
+            out, weights = multi_head_attention(*args)
+            return out, torch.full_like(weights, value)
+
+        result = checks.run_task("5.3", returns, hidden=True)
+        assert result.points == 0
+        assert ch05.HINT_NOT_FINITE in result.cases[0].message
+        assert checks.run_task("5.2", lambda x, value=value: torch.full_like(merge_heads(x), value),
+                               hidden=True).points == 0
+
+
+def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
+    def with_grad(query, key, value, w_in, *rest):
+        return multi_head_attention(query, key, value, nn.Parameter(w_in.clone()), *rest)
+
+    def as_view(x, n_heads):  # a strided view of a larger tensor
+        padded = torch.cat([x, x], dim=-1)
+        return split_heads(padded[..., : x.shape[-1]], n_heads)
+
+    assert checks.run_task("5.3", with_grad, hidden=True).status == "passed"
+    assert checks.run_task("5.1", as_view, hidden=True).status == "passed"
+
+
+def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
+    def mutating(*args):
+        result = multi_head_attention(*args)
+        for tensor in args:
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                tensor.zero_()
+            elif isinstance(tensor, torch.Tensor):
+                tensor.fill_(False)
+        return result
+
+    def mutating_split(x, n_heads):
+        heads = split_heads(x, n_heads).clone()
+        x.fill_(3.0)
+        return heads
+
+    assert checks.run_task("5.3", mutating, hidden=True).status == "passed"
+    assert checks.run_task("5.1", mutating_split, hidden=True).status == "passed"
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+def test_objects_that_claim_equality_do_not_pass():
+    for task_id in TASK_IDS:
+        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
+        assert result.points == 0
+        result = checks.run_task(task_id, lambda *args: (AlwaysEqual(),) * 2, hidden=True)
+        assert result.points == 0
+
+
+def test_the_forbidden_calls_resolve_to_real_objects():
+    from coursepkg.grading.worker import Tripwire
+
+    for task_id in TASK_IDS:
+        tripwire = Tripwire(checks.get_task(task_id))
+        assert "coursepkg.multihead" in tripwire.prefixes
+        assert tripwire.forbidden_callable(mh.split_heads) is not None
+        assert tripwire.forbidden_callable(mh.MultiHeadAttention.forward) is not None
+        sdpa = tripwire.forbidden_callable(F.scaled_dot_product_attention)
+        assert sdpa == "torch.nn.functional.scaled_dot_product_attention"
+        mha = tripwire.forbidden_callable(nn.MultiheadAttention.forward)
+        assert mha == "torch.nn.MultiheadAttention"
+        fused = tripwire.forbidden_callable(F.multi_head_attention_forward)
+        assert fused == "torch.nn.functional.multi_head_attention_forward"
+        for allowed in (scaled_dot_product_attention, torch.softmax, torch.Tensor.view,
+                        torch.Tensor.transpose, torch.Tensor.reshape, F.linear, torch.cat):
+            assert tripwire.forbidden_callable(allowed) is None
+    assert Tripwire(checks.get_task("5.3")).forbidden_callable(ch05.multi_head_attention)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hidden cases never leak their data
+# ---------------------------------------------------------------------------------------------
+
+
+def _allowed_hidden_messages(task):
+    hints = {value for name, value in vars(ch05).items() if name.startswith("HINT_")}
+    hints.add(ch04.HINT_PAIR_ORDER)
+    hints |= {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
+    hints |= {f"{ch05.HINT_MHA_SPLIT_WRONG} {hint}" for hint, _ in ch05._SPLIT_MISTAKES}
+    hints |= {f"{ch05.HINT_MHA_MERGE_WRONG} {hint}" for hint, _ in ch05._MERGE_MISTAKES}
+    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
+    hints.add(core._UNKNOWN_ERROR_HINT)
+    hints |= {
+        "The function still raises NotImplementedError.",
+        "The function returned a value of the wrong type (see the public tests).",
+        "The returned value does not have the expected form.",
+        "The result is not the expected one: re-read the task's definition.",
+    }
+    return hints
+
+
+def _strip_raised(message):
+    if message.startswith("raised "):
+        name, _, rest = message[len("raised ") :].partition(". ")
+        assert name == "an exception" or name in dir(builtins), message
+        return rest
+    return message
+
+
+class LeakyError(Exception):
+    pass
+
+
+def leaky(*args):
+    raise LeakyError(repr(args))
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_hidden_messages_are_hints_only(task_id):
+    task = checks.get_task(task_id)
+    allowed = _allowed_hidden_messages(task)
+    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
+    funcs += [lambda *a: [1, 2], lambda *a: None]
+    for func in funcs:
+        result = checks.run_task(task_id, func, hidden=True)
+        for case_result, case in zip(result.cases, task.cases, strict=True):
+            if not case.hidden or case_result.status == "passed":
+                continue
+            message = case_result.message
+            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert "expected" not in message.lower() or message in allowed
+            assert json.dumps(case.args) not in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The split used by the grader: student half, JSON, trusted half
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
+    task = checks.get_task(task_id)
+    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:4]]:
+        for case in task.cases:
+            direct = checks.evaluate_case(task, case, func)
+            try:
+                plain = checks.student_output(task, case, func)
+            except Exception as exc:
+                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
+            else:
+                remote = checks.grade_output(
+                    task, case, json.loads(json.dumps(plain, allow_nan=True)))
+            assert remote == direct
+
+
+def test_nan_survives_the_trip_through_json():
+    """The mask read with torch's convention leaves rows with no key (NaN weights): they go
+    through the worker's JSON and still get the hint naming the convention."""
+    task = checks.get_task("5.3")
+    case = task.cases[2]  # the causal mask: its last row is all False once inverted
+    plain = checks.student_output(task, case, mha_torch_mask_convention)
+    assert any(math.isnan(value) for value in plain[1]["data"])
+    result = checks.grade_output(task, case, json.loads(json.dumps(plain)))
+    assert result.status == "failed"
+    assert result.message.startswith(ch05.HINT_MASK_TORCH_CONVENTION)
+
+
+def test_grade_output_rejects_forged_plain_values():
+    task = checks.get_task("5.3")
+    case = task.cases[0]
+    good = checks.student_output(task, case, ch05.multi_head_attention)
+    out, weights = good
+    forged = [
+        None, 3.5, "text", [out], [out, weights, weights], [weights, out], {"a": 1},
+        [{**out, "shape": [2, 5, 4]}, weights], [{**out, "data": ["1"] * 80}, weights],
+        [out, {**weights, "dtype": 3}], [out, {**weights, "extra": 1}],
+    ]
+    for value in forged:
+        result = checks.grade_output(task, case, value)
+        assert result.status == "failed" and result.points == 0, value
+    assert checks.grade_output(task, case, good).status == "passed"
+    task = checks.get_task("5.1")
+    good = checks.student_output(task, task.cases[0], split_heads)
+    for value in (None, [good], {**good, "shape": [60]}, {**good, "dtype": None}):
+        assert checks.grade_output(task, task.cases[0], value).status == "failed", value
+    assert checks.grade_output(task, task.cases[0], good).status == "passed"
+
+
+# ---------------------------------------------------------------------------------------------
+# check(): prints a deterministic report, never raises
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_output(capsys, task_id, func):
+    assert checks.check(task_id, func) is None
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.isascii()
+    assert " at 0x" not in out
+    assert all(line == line.rstrip() for line in out.splitlines())
+    return out
+
+
+def test_check_reports_full_marks(capsys):
+    out = _check_output(capsys, "5.3", mha_loop_over_heads)
+    assert out.splitlines()[0] == "Task 5.3 multi_head_attention: 5/5 points"
+    assert "  PASS  [1/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2" in out
+    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
+    out = _check_output(capsys, "5.2", merge_heads_cat)
+    assert out.splitlines()[0] == "Task 5.2 merge_heads: 3/3 points"
+
+
+def test_check_reports_failures_with_hints(capsys):
+    out = _check_output(capsys, "5.3", mha_mask_not_per_head)
+    assert out.startswith("Task 5.3 multi_head_attention: 4/5 points\n")
+    assert ("  FAIL  [0/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2: "
+            + ch05.HINT_MASK_NOT_PER_HEAD) in out
+    out = _check_output(capsys, "5.1", split_no_transpose)
+    assert out.startswith("Task 5.1 split_heads: 0/3 points\n")
+    assert "  FAIL  [0/1] every size 2 (B = T = H = Dh = 2, D = 4): " in out
+
+
+def test_check_stub(capsys):
+    out = _check_output(capsys, "5.1", stub)
+    assert out == (
+        "Task 5.1 split_heads: not attempted (0/3 points): the function still raises "
+        "NotImplementedError. Replace the stub with your code.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("func", "expected"),
+    [(None, "got None."), (42, "got an int, not a function."), ("merge_heads", "got a str")],
+)
+def test_check_non_functions(capsys, func, expected):
+    out = _check_output(capsys, "5.2", func)
+    assert out.startswith("Task 5.2 merge_heads: not attempted (0/3 points): ")
+    assert expected in out
+
+
+def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+    out = _check_output(capsys, "5.2", merge_view)
+    assert "ERROR [0/1]" in out and "raised RuntimeError: view size is not compatible" in out
+    assert "Use .reshape(B, T, H * Dh)" in out
+    out = _check_output(capsys, "5.3", lambda *args: AlwaysEqual())
+    assert "0/5 points" in out and "got AlwaysEqual" in out
+
+
+def test_check_is_deterministic(capsys):
+    first = _check_output(capsys, "5.3", mha_sqrt_d_model)
+    assert _check_output(capsys, "5.3", mha_sqrt_d_model) == first
+
+
+def test_check_leaves_the_global_random_state_alone(capsys):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    for task_id, func in zip(TASK_IDS, (split_heads_stack, merge_heads_cat, mha_einsum),
+                             strict=True):
+        _check_output(capsys, task_id, func)
+    for task_id in TASK_IDS:  # the reference of 5.3 builds a MultiHeadAttention module
+        _check_output(capsys, task_id, checks.get_task(task_id).reference)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_check_lets_keyboard_interrupt_through(capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        checks.check("5.3", interrupted)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's notebooks
+# ---------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_chapter_5_task_has_a_region_a_stub_and_a_check_cell():
+    solution_nb = nbformat.read(ROOT / "solutions" / "05_multihead.ipynb", as_version=4)
+    exercise_nb = nbformat.read(ROOT / "exercises" / "05_multihead.ipynb", as_version=4)
+    assert solution_nb.metadata["coursepkg"] == {"assignment": "05_multihead"}
+    assert exercise_nb.metadata["coursepkg"] == {
+        "assignment": "05_multihead", "generated_from": "solutions/05_multihead.ipynb"
+    }
+    solution = "\n".join(c.source for c in solution_nb.cells if c.cell_type == "code")
+    code = "\n".join(c.source for c in exercise_nb.cells if c.cell_type == "code")
+    for task in checks.tasks_for("05_multihead"):
+        assert f"def {task.func_name}(" in solution
+        assert f'raise NotImplementedError("Task {task.id}: write {task.func_name}")' in code
+        assert f'check("{task.id}", {task.func_name})' in code
+    assert "BEGIN SOLUTION" not in code and "END SOLUTION" not in code
+    assert "*Multi-head attention*" in solution_nb.cells[0].source
+
+
+def test_the_solution_notebook_stores_full_marks_in_its_check_cells():
+    nb = nbformat.read(ROOT / "solutions" / "05_multihead.ipynb", as_version=4)
+    for task in checks.tasks_for("05_multihead"):
+        cell = next(c for c in nb.cells if c.source == f'check("{task.id}", {task.func_name})')
+        text = "".join(output.get("text", "") for output in cell.outputs)
+        points = f"{task.max_points(public_only=True):g}"
+        assert text.startswith(f"Task {task.id} {task.func_name}: {points}/{points} points\n")
+    stored = "".join(output.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                     for output in cell.outputs)
+    assert "equal to torch's output: True" in stored
+    assert all(output.get("name") != "stderr" for cell in nb.cells if cell.cell_type == "code"
+               for output in cell.outputs)
+
+
+def test_the_grader_can_load_the_solution_and_the_exercise():
+    """The grader keeps imports, definitions and constant assignments of a notebook; a kept
+    line whose names come from a dropped call would fail to load."""
+    from coursepkg.grading.submission import read_submission
+
+    for folder in ("solutions", "exercises"):
+        sub = read_submission(ROOT / folder / "05_multihead.ipynb", "x")
+        assert sub.problem is None and sub.notes == []
+        namespace: dict = {}
+        exec(compile(sub.code, "submission.py", "exec"), namespace)  # noqa: S102 - our notebook
+        for task in checks.tasks_for("05_multihead"):
+            result = checks.run_task(task.id, namespace[task.func_name])
+            assert result.status == ("passed" if folder == "solutions" else "not attempted")
