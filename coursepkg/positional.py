@@ -1,0 +1,174 @@
+"""Positional encodings: telling attention where each token is.
+
+Self-attention without positions is permutation-equivariant (chapter 4): shuffle the tokens
+and the outputs are shuffled the same way. Four remedies, all usable by chapter 7's
+``TransformerLM(pos=...)``:
+
+* :class:`LearnedPositionalEmbedding`: one learned vector per absolute position, added to the
+  token embeddings (GPT); it has a hard maximum length.
+* :func:`sinusoidal_encoding`: a fixed table of sines and cosines of geometrically spaced
+  frequencies, added to the token embeddings (the original Transformer):
+  PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
+* :class:`RelativePositionBias`: a learned bias per head and per clipped offset j - i, added
+  to the attention scores (in the spirit of Shaw et al. 2018 and T5).
+* :func:`apply_rope`: rotary position embedding (RoPE) rotates each pair (2i, 2i+1) of a
+  query or key at position m by the angle m * base^(-2i/Dh), so the score of a query at m and
+  a key at n depends on their content and on m - n only.
+
+Shape letters: T positions, S key positions, D model width, H heads, Dh head width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "apply_rope",
+    "rope_angles",
+    "sinusoidal_encoding",
+]
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def sinusoidal_encoding(
+    T: int, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The sinusoidal position table of Vaswani et al. (2017).
+
+    Args:
+        T: number of positions (0 .. T-1).
+        d: width of each encoding (even).
+        base: the wavelength scale (10000 in the paper).
+        dtype: floating dtype of the table.
+
+    Returns:
+        (T, d): ``PE[p, 2i] = sin(p * w_i)``, ``PE[p, 2i+1] = cos(p * w_i)`` with
+        ``w_i = base^(-2i/d)``.
+    """
+    _check_positive("T", T)
+    _check_positive("d", d)
+    if d % 2:
+        raise ValueError(f"d must be even (sines and cosines come in pairs), got {d}")
+    positions = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
+    frequencies = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angles = positions * frequencies  # (T, d/2)
+    table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d/2, 2)
+    return table.reshape(T, d).to(dtype)  # (T, d): sin, cos, sin, cos, ...
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One learned vector per absolute position 0 .. max_len-1.
+
+    Args:
+        max_len: the longest sequence the model can read; longer ones raise an error.
+        d: width of each position vector.
+    """
+
+    def __init__(self, max_len: int, d: int) -> None:
+        super().__init__()
+        _check_positive("max_len", max_len)
+        _check_positive("d", d)
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.empty(max_len, d))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, T: int) -> Tensor:
+        """The vectors of positions 0 .. T-1: (T, d)."""
+        _check_positive("T", T)
+        if T > self.max_len:
+            raise ValueError(
+                f"a learned positional embedding has no vector for positions >= max_len="
+                f"{self.max_len}, got a sequence of length {T}"
+            )
+        return self.weight[:T]
+
+
+def rope_angles(
+    positions: Tensor, d_head: int, base: float = 10000.0, dtype: torch.dtype | None = None
+) -> Tensor:
+    """The rotation angle of every pair at every position: ``m * base^(-2i/Dh)``.
+
+    Args:
+        positions: (T,) integer or float positions m.
+        d_head: Dh (even).
+        base: 10000 in Su et al. (2021).
+        dtype: of the result (default: float32, or the float dtype of ``positions``).
+
+    Returns:
+        (T, Dh/2) angles.
+    """
+    if d_head % 2:
+        raise ValueError(f"RoPE rotates pairs of dimensions: Dh must be even, got {d_head}")
+    theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
+    angles = positions.to(torch.float64)[:, None] * theta  # (T, Dh/2)
+    if dtype is None:
+        dtype = positions.dtype if positions.is_floating_point() else torch.float32
+    return angles.to(dtype)
+
+
+def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = 10000.0) -> Tensor:
+    """Rotate each adjacent pair (2i, 2i+1) of x at position m by the angle m * base^(-2i/Dh).
+
+    Applied to queries and keys (not values) before their dot product, it makes
+    ``<rope(q, m), rope(k, n)>`` depend only on q, k and the offset m - n.
+
+    Args:
+        x: (..., T, Dh) queries or keys, Dh even.
+        positions: (T,) the position of each row (default 0 .. T-1).
+        base: 10000 in Su et al. (2021).
+
+    Returns:
+        (..., T, Dh), the rotated vectors (same norms).
+    """
+    T, d_head = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    if positions.shape != (T,):
+        raise ValueError(f"expected positions of shape ({T},), got {tuple(positions.shape)}")
+    angles = rope_angles(positions, d_head, base, dtype=x.dtype)  # (T, Dh/2)
+    cos, sin = angles.cos(), angles.sin()  # (T, Dh/2)
+    pairs = x.unflatten(-1, (d_head // 2, 2))  # (..., T, Dh/2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, Dh/2)
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)  # (..., T, Dh)
+
+
+class RelativePositionBias(nn.Module):
+    """A learned score bias per head for each offset between key and query, clipped.
+
+    The bias added to the score of query i and key j is ``b[h, clip(j - i)]`` with offsets
+    clipped to [-max_distance, max_distance]: every pair at the same (clipped) offset shares
+    one learned number per head.
+
+    Args:
+        n_heads: H.
+        max_distance: offsets beyond this share the bias of the largest offset.
+    """
+
+    def __init__(self, n_heads: int, max_distance: int) -> None:
+        super().__init__()
+        _check_positive("n_heads", n_heads)
+        _check_positive("max_distance", max_distance)
+        self.n_heads = n_heads
+        self.max_distance = max_distance
+        self.bias = nn.Parameter(torch.zeros(n_heads, 2 * max_distance + 1))  # (H, 2M+1)
+
+    def offsets(self, T: int, S: int | None = None) -> Tensor:
+        """(T, S) clipped offsets j - i, shifted to indices 0 .. 2 max_distance."""
+        S = T if S is None else S
+        _check_positive("T", T)
+        _check_positive("S", S)
+        relative = torch.arange(S)[None, :] - torch.arange(T)[:, None]  # (T, S): j - i
+        clipped = relative.clamp(-self.max_distance, self.max_distance)
+        return (clipped + self.max_distance).to(self.bias.device)
+
+    def forward(self, T: int, S: int | None = None) -> Tensor:
+        """The bias to add to the scores of T queries against S keys: (H, T, S)."""
+        return self.bias[:, self.offsets(T, S)]  # (H, T, S)
