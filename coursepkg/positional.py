@@ -106,6 +106,8 @@ def rope_angles(
     """
     if d_head % 2:
         raise ValueError(f"RoPE rotates pairs of dimensions: Dh must be even, got {d_head}")
+    if positions.dim() != 1:
+        raise ValueError(f"expected positions of shape (T,), got {tuple(positions.shape)}")
     theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
     angles = positions.to(torch.float64)[:, None] * theta  # (T, Dh/2)
     if dtype is None:
@@ -132,8 +134,10 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = 10000.0
         positions = torch.arange(T, device=x.device)
     if positions.shape != (T,):
         raise ValueError(f"expected positions of shape ({T},), got {tuple(positions.shape)}")
-    angles = rope_angles(positions, d_head, base, dtype=x.dtype)  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()  # (T, Dh/2)
+    # Angles and their cos/sin in float64: rounding m * theta to a short dtype first would
+    # turn large angles into noise (a step of 2 rad near m = 500 in bfloat16).
+    angles = rope_angles(positions, d_head, base, dtype=torch.float64)  # (T, Dh/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, Dh/2)
     pairs = x.unflatten(-1, (d_head // 2, 2))  # (..., T, Dh/2, 2)
     even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, Dh/2)
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
