@@ -8,12 +8,12 @@ raise, whatever the student hands it.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 from collections import Counter, defaultdict
 
 import pytest
+from checks_support import AlwaysEqual, check_output, leaky, strip_raised
 
 from coursepkg import checks
 from coursepkg.checks import ch01_ngrams as ch01
@@ -534,13 +534,6 @@ def test_wrong_types_fail_and_say_what_was_expected():
     assert "tuple containing an int" in result.cases[0].message
 
 
-class AlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    __hash__ = None
-
-
 class SneakyDict(dict):
     def __eq__(self, other):
         return True
@@ -641,23 +634,6 @@ def _allowed_hidden_messages(task):
     return hints
 
 
-def _strip_raised(message):
-    if message.startswith("raised "):
-        name, _, rest = message[len("raised ") :].partition(". ")
-        # a built-in type's name only, never the exception's message
-        assert name == "an exception" or name in dir(builtins), message
-        return rest
-    return message
-
-
-class LeakyError(Exception):
-    pass
-
-
-def leaky(*args):
-    raise LeakyError(repr(args))
-
-
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_hidden_messages_are_hints_only(task_id):
     task = checks.get_task(task_id)
@@ -670,7 +646,7 @@ def test_hidden_messages_are_hints_only(task_id):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
-            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert strip_raised(message) in allowed | {""}, (func, message)
             expected = task.to_plain(task.reference(*task.build_args(case.args)))
             if isinstance(expected, float) and len(core.fmt_number(expected)) > 3:
                 assert core.fmt_number(expected) not in message
@@ -745,30 +721,21 @@ def test_exception_result_from_names_across_processes():
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_output(capsys, task_id, func):
-    assert checks.check(task_id, func) is None
-    out = capsys.readouterr().out
-    assert out.endswith("\n") and out.isascii()
-    assert " at 0x" not in out
-    assert all(line == line.rstrip() for line in out.splitlines())
-    return out
-
-
 def test_check_reports_full_marks(capsys):
-    out = _check_output(capsys, "1.1", ch01.count_ngrams)
+    out = check_output(capsys, "1.1", ch01.count_ngrams)
     assert out.splitlines()[0] == "Task 1.1 count_ngrams: 4/4 points"
     assert "  PASS  [1/1] unigrams of one sentence" in out
     assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
 
 
 def test_check_reports_failures_with_hints(capsys):
-    out = _check_output(capsys, "1.1", count_no_eos)
+    out = check_output(capsys, "1.1", count_no_eos)
     assert out.startswith("Task 1.1 count_ngrams: 0/4 points\n")
     assert "  FAIL  [0/1] bigrams of two sentences: " + ch01.HINT_LAST_NGRAM_MISSING in out
 
 
 def test_check_stub(capsys):
-    out = _check_output(capsys, "1.1", stub)
+    out = check_output(capsys, "1.1", stub)
     assert out == (
         "Task 1.1 count_ngrams: not attempted (0/4 points): the function still raises "
         "NotImplementedError. Replace the stub with your code.\n"
@@ -779,7 +746,7 @@ def test_check_raising_function(capsys):
     def broken(sentences, n):
         return {tuple(sentences[5]): 1}
 
-    out = _check_output(capsys, "1.1", broken)
+    out = check_output(capsys, "1.1", broken)
     assert (
         "  ERROR [0/1] unigrams of one sentence: raised IndexError: list index out of range. "
         + core._DEFAULT_ERROR_HINTS["IndexError"]
@@ -791,23 +758,23 @@ def test_check_raising_function(capsys):
     [(None, "got None."), (42, "got an int, not a function."), ("count_ngrams", "got a str")],
 )
 def test_check_non_functions(capsys, func, expected):
-    out = _check_output(capsys, "1.1", func)
+    out = check_output(capsys, "1.1", func)
     assert out.startswith("Task 1.1 count_ngrams: not attempted (0/4 points): ")
     assert expected in out
 
 
 def test_check_always_equal_object_and_list_instead_of_dict(capsys):
-    out = _check_output(capsys, "1.1", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "1.1", lambda *args: AlwaysEqual())
     assert "0/4 points" in out and "got AlwaysEqual" in out
-    out = _check_output(capsys, "1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)))
+    out = check_output(capsys, "1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)))
     assert "0/4 points" in out
     assert "Wrong return type: expected a dict mapping n-gram tuples to counts, got list." in out
-    out = _check_output(capsys, "1.2", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "1.2", lambda *args: AlwaysEqual())
     assert "0/4 points" in out and "expected a float, got AlwaysEqual" in out
 
 
 def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
-    out = _check_output(capsys, "9.9", stub)
+    out = check_output(capsys, "9.9", stub)
     assert out == f"check(): there is no task '9.9'. The tasks are: {', '.join(core.TASKS)}.\n"
     assert out.startswith("check(): there is no task '9.9'. The tasks are: 1.1, 1.2, 1.3, 1.4")
 
@@ -816,13 +783,13 @@ def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
 
     task = checks.get_task("1.2")
     monkeypatch.setitem(core.TASKS, "1.2", core.Task(**{**vars(task), "build_args": broken_build}))
-    out = _check_output(capsys, "1.2", ch01.mle_prob)
+    out = check_output(capsys, "1.2", ch01.mle_prob)
     assert "the checker itself failed" in out
 
 
 def test_check_is_deterministic(capsys):
-    first = _check_output(capsys, "1.4", ppl_per_sentence_mean)
-    assert _check_output(capsys, "1.4", ppl_per_sentence_mean) == first
+    first = check_output(capsys, "1.4", ppl_per_sentence_mean)
+    assert check_output(capsys, "1.4", ppl_per_sentence_mean) == first
 
 
 def test_check_lets_keyboard_interrupt_through(capsys):

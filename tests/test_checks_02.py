@@ -8,13 +8,13 @@ raise, whatever the student hands it.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from checks_support import AlwaysEqual, check_output, leaky, strip_raised
 
 from coursepkg import checks, rnn
 from coursepkg.checks import ch02_rnn as ch02
@@ -711,13 +711,6 @@ def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
     assert checks.run_task("2.3", mutating_state, hidden=True).status == "passed"
 
 
-class AlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    __hash__ = None
-
-
 def test_objects_that_claim_equality_do_not_pass():
     for task_id in TASK_IDS:
         result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
@@ -758,22 +751,6 @@ def _allowed_hidden_messages(task):
     return hints
 
 
-def _strip_raised(message):
-    if message.startswith("raised "):
-        name, _, rest = message[len("raised ") :].partition(". ")
-        assert name == "an exception" or name in dir(builtins), message
-        return rest
-    return message
-
-
-class LeakyError(Exception):
-    pass
-
-
-def leaky(*args):
-    raise LeakyError(repr(args))
-
-
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_hidden_messages_are_hints_only(task_id):
     task = checks.get_task(task_id)
@@ -786,7 +763,7 @@ def test_hidden_messages_are_hints_only(task_id):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
-            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert strip_raised(message) in allowed | {""}, (func, message)
             assert "expected" not in message.lower() or message in allowed
             assert json.dumps(case.args) not in message
 
@@ -845,35 +822,26 @@ def test_sending_bigger_numbers_than_float32_holds_is_judged_on_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_output(capsys, task_id, func):
-    assert checks.check(task_id, func) is None
-    out = capsys.readouterr().out
-    assert out.endswith("\n") and out.isascii()
-    assert " at 0x" not in out
-    assert all(line == line.rstrip() for line in out.splitlines())
-    return out
-
-
 def test_check_reports_full_marks(capsys):
-    out = _check_output(capsys, "2.1", elman_step)
+    out = check_output(capsys, "2.1", elman_step)
     assert out.splitlines()[0] == "Task 2.1 elman_step: 3/3 points"
     assert "  PASS  [1/1] a batch of 2, 3 inputs, 4 hidden units" in out
     assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = _check_output(capsys, "2.4", pool_outputs_alt)
+    out = check_output(capsys, "2.4", pool_outputs_alt)
     assert out.splitlines()[0] == "Task 2.4 pool_outputs: 4/4 points"
 
 
 def test_check_reports_failures_with_hints(capsys):
-    out = _check_output(capsys, "2.2", run_h0_every_step)
+    out = check_output(capsys, "2.2", run_h0_every_step)
     assert out.startswith("Task 2.2 run_rnn: 0/3 points\n")
     assert "  FAIL  [0/1] 3 sequences of 4 steps from h0 = 0: " + ch02.HINT_H0_REUSED in out
-    out = _check_output(capsys, "2.4", pool_mean_with_padding)
+    out = check_output(capsys, "2.4", pool_mean_with_padding)
     assert out.startswith("Task 2.4 pool_outputs: 3/4 points\n")
     assert ch02.HINT_MEAN_PADDING in out
 
 
 def test_check_stub(capsys):
-    out = _check_output(capsys, "2.3", stub)
+    out = check_output(capsys, "2.3", stub)
     assert out == (
         "Task 2.3 lstm_step: not attempted (0/4 points): the function still raises "
         "NotImplementedError. Replace the stub with your code.\n"
@@ -885,7 +853,7 @@ def test_check_stub(capsys):
     [(None, "got None."), (42, "got an int, not a function."), ("elman_step", "got a str")],
 )
 def test_check_non_functions(capsys, func, expected):
-    out = _check_output(capsys, "2.1", func)
+    out = check_output(capsys, "2.1", func)
     assert out.startswith("Task 2.1 elman_step: not attempted (0/3 points): ")
     assert expected in out
 
@@ -894,16 +862,16 @@ def test_check_a_function_that_raises_or_returns_nonsense(capsys):
     def broken(x_t, h_prev, *params):
         return x_t @ h_prev  # shapes that do not fit
 
-    out = _check_output(capsys, "2.1", broken)
+    out = check_output(capsys, "2.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "x_t @ weight_ih.T and h_prev @ weight_hh.T." in out
-    out = _check_output(capsys, "2.3", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "2.3", lambda *args: AlwaysEqual())
     assert "0/4 points" in out and "got AlwaysEqual" in out
 
 
 def test_check_is_deterministic(capsys):
-    first = _check_output(capsys, "2.3", lstm_textbook_gate_order)
-    assert _check_output(capsys, "2.3", lstm_textbook_gate_order) == first
+    first = check_output(capsys, "2.3", lstm_textbook_gate_order)
+    assert check_output(capsys, "2.3", lstm_textbook_gate_order) == first
 
 
 def test_check_leaves_the_global_random_state_alone(capsys):
@@ -912,7 +880,7 @@ def test_check_leaves_the_global_random_state_alone(capsys):
     torch.manual_seed(123)
     for task_id, func in zip(TASK_IDS, (elman_step, run_rnn_alt, lstm_step_alt,
                                         pool_outputs_alt), strict=True):
-        _check_output(capsys, task_id, func)
+        check_output(capsys, task_id, func)
     assert torch.equal(torch.rand(3), expected)
 
 

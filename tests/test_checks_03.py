@@ -9,7 +9,6 @@ raise, whatever the student hands it.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 import string
@@ -17,6 +16,7 @@ import string
 import pytest
 import torch
 import torch.nn.functional as F
+from checks_support import AlwaysEqual, check_output, leaky, strip_raised
 
 from coursepkg import attention, checks, rnn
 from coursepkg.checks import ch03_attention as ch03
@@ -830,13 +830,6 @@ def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
     assert checks.run_task("3.4", mutating_params, hidden=True).status == "passed"
 
 
-class AlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    __hash__ = None
-
-
 def test_objects_that_claim_equality_do_not_pass():
     for task_id in TASK_IDS:
         result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
@@ -884,22 +877,6 @@ def _allowed_hidden_messages(task):
     return hints
 
 
-def _strip_raised(message):
-    if message.startswith("raised "):
-        name, _, rest = message[len("raised ") :].partition(". ")
-        assert name == "an exception" or name in dir(builtins), message
-        return rest
-    return message
-
-
-class LeakyError(Exception):
-    pass
-
-
-def leaky(*args):
-    raise LeakyError(repr(args))
-
-
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_hidden_messages_are_hints_only(task_id):
     task = checks.get_task(task_id)
@@ -912,7 +889,7 @@ def test_hidden_messages_are_hints_only(task_id):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
-            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert strip_raised(message) in allowed | {""}, (func, message)
             assert "expected" not in message.lower() or message in allowed
             assert json.dumps(case.args) not in message
 
@@ -969,36 +946,27 @@ def test_grade_output_rejects_forged_plain_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_output(capsys, task_id, func):
-    assert checks.check(task_id, func) is None
-    out = capsys.readouterr().out
-    assert out.endswith("\n") and out.isascii()
-    assert " at 0x" not in out
-    assert all(line == line.rstrip() for line in out.splitlines())
-    return out
-
-
 def test_check_reports_full_marks(capsys):
-    out = _check_output(capsys, "3.1", attention_weights_alt)
+    out = check_output(capsys, "3.1", attention_weights_alt)
     assert out.splitlines()[0] == "Task 3.1 attention_weights: 3/3 points"
     assert "  PASS  [1/1] large scores (about 1000): the softmax must not overflow" in out
     assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = _check_output(capsys, "3.4", decoder_step_inline)
+    out = check_output(capsys, "3.4", decoder_step_inline)
     assert out.splitlines()[0] == "Task 3.4 decoder_step: 3/3 points"
 
 
 def test_check_reports_failures_with_hints(capsys):
-    out = _check_output(capsys, "3.2", attend_mask_after_softmax)
+    out = check_output(capsys, "3.2", attend_mask_after_softmax)
     assert out.startswith("Task 3.2 masked_attention: 1/4 points\n")
     assert ("  FAIL  [0/1] a right-padded batch, lengths [5, 3, 1]: "
             + ch03.HINT_MASK_AFTER_SOFTMAX) in out
-    out = _check_output(capsys, "3.1", weights_naive_softmax)
+    out = check_output(capsys, "3.1", weights_naive_softmax)
     assert out.startswith("Task 3.1 attention_weights: 2/3 points\n")
     assert ch03.HINT_SOFTMAX_OVERFLOW in out
 
 
 def test_check_stub(capsys):
-    out = _check_output(capsys, "3.3", stub)
+    out = check_output(capsys, "3.3", stub)
     assert out == (
         "Task 3.3 additive_scores: not attempted (0/3 points): the function still raises "
         "NotImplementedError. Replace the stub with your code.\n"
@@ -1010,7 +978,7 @@ def test_check_stub(capsys):
     [(None, "got None."), (42, "got an int, not a function."), ("masked_attention", "got a str")],
 )
 def test_check_non_functions(capsys, func, expected):
-    out = _check_output(capsys, "3.2", func)
+    out = check_output(capsys, "3.2", func)
     assert out.startswith("Task 3.2 masked_attention: not attempted (0/4 points): ")
     assert expected in out
 
@@ -1019,16 +987,16 @@ def test_check_a_function_that_raises_or_returns_nonsense(capsys):
     def broken(query, keys, scale):
         return keys @ query  # shapes that do not fit
 
-    out = _check_output(capsys, "3.1", broken)
+    out = check_output(capsys, "3.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "keys @ query.unsqueeze(-1)" in out
-    out = _check_output(capsys, "3.4", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "3.4", lambda *args: AlwaysEqual())
     assert "0/3 points" in out and "got AlwaysEqual" in out
 
 
 def test_check_is_deterministic(capsys):
-    first = _check_output(capsys, "3.3", additive_no_tanh)
-    assert _check_output(capsys, "3.3", additive_no_tanh) == first
+    first = check_output(capsys, "3.3", additive_no_tanh)
+    assert check_output(capsys, "3.3", additive_no_tanh) == first
 
 
 def test_check_leaves_the_global_random_state_alone(capsys):
@@ -1037,7 +1005,7 @@ def test_check_leaves_the_global_random_state_alone(capsys):
     torch.manual_seed(123)
     for task_id, func in zip(TASK_IDS, (attention_weights_alt, masked_attention_where,
                                         additive_scores_alt, decoder_step_inline), strict=True):
-        _check_output(capsys, task_id, func)
+        check_output(capsys, task_id, func)
     assert torch.equal(torch.rand(3), expected)
 
 

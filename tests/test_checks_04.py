@@ -9,13 +9,13 @@ raise, whatever the student hands it.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from checks_support import AlwaysEqual, check_output, leaky, strip_raised
 
 from coursepkg import checks
 from coursepkg import self_attention as sa
@@ -961,13 +961,6 @@ def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
     assert checks.run_task("4.4", mutating_weights, hidden=True).status == "passed"
 
 
-class AlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    __hash__ = None
-
-
 def test_objects_that_claim_equality_do_not_pass():
     for task_id in TASK_IDS:
         result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
@@ -1020,22 +1013,6 @@ def _allowed_hidden_messages(task):
     return hints
 
 
-def _strip_raised(message):
-    if message.startswith("raised "):
-        name, _, rest = message[len("raised ") :].partition(". ")
-        assert name == "an exception" or name in dir(builtins), message
-        return rest
-    return message
-
-
-class LeakyError(Exception):
-    pass
-
-
-def leaky(*args):
-    raise LeakyError(repr(args))
-
-
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_hidden_messages_are_hints_only(task_id):
@@ -1049,7 +1026,7 @@ def test_hidden_messages_are_hints_only(task_id):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
-            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert strip_raised(message) in allowed | {""}, (func, message)
             assert "expected" not in message.lower() or message in allowed
             assert json.dumps(case.args) not in message
 
@@ -1116,36 +1093,27 @@ def test_grade_output_rejects_forged_plain_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_output(capsys, task_id, func):
-    assert checks.check(task_id, func) is None
-    out = capsys.readouterr().out
-    assert out.endswith("\n") and out.isascii()
-    assert " at 0x" not in out
-    assert all(line == line.rstrip() for line in out.splitlines())
-    return out
-
-
 def test_check_reports_full_marks(capsys):
-    out = _check_output(capsys, "4.2", sdpa_where_stable_softmax)
+    out = check_output(capsys, "4.2", sdpa_where_stable_softmax)
     assert out.splitlines()[0] == "Task 4.2 scaled_dot_product_attention: 5/5 points"
     assert "  PASS  [1/1] large scores (about 1000): the softmax must not overflow" in out
     assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = _check_output(capsys, "4.3", causal_mask_loop)
+    out = check_output(capsys, "4.3", causal_mask_loop)
     assert out.splitlines()[0] == "Task 4.3 causal_mask: 2/2 points"
 
 
 def test_check_reports_failures_with_hints(capsys):
-    out = _check_output(capsys, "4.2", sdpa_mask_minus_1e9)
+    out = check_output(capsys, "4.2", sdpa_mask_minus_1e9)
     assert out.startswith("Task 4.2 scaled_dot_product_attention: 4/5 points\n")
     assert ("  FAIL  [0/1] scores from -8e3 down to -1.7e10, causal mask: masked keys must get "
             "0: " + ch04.HINT_MASK_FINITE) in out
-    out = _check_output(capsys, "4.3", mask_diagonal_hidden)
+    out = check_output(capsys, "4.3", mask_diagonal_hidden)
     assert out.startswith("Task 4.3 causal_mask: 0/2 points\n")
     assert "  FAIL  [0/1] T = 4: " + ch04.HINT_CAUSAL_DIAGONAL in out
 
 
 def test_check_stub(capsys):
-    out = _check_output(capsys, "4.1", stub)
+    out = check_output(capsys, "4.1", stub)
     assert out == (
         "Task 4.1 qkv_scores: not attempted (0/3 points): the function still raises "
         "NotImplementedError. Replace the stub with your code.\n"
@@ -1157,7 +1125,7 @@ def test_check_stub(capsys):
     [(None, "got None."), (42, "got an int, not a function."), ("causal_mask", "got a str")],
 )
 def test_check_non_functions(capsys, func, expected):
-    out = _check_output(capsys, "4.3", func)
+    out = check_output(capsys, "4.3", func)
     assert out.startswith("Task 4.3 causal_mask: not attempted (0/2 points): ")
     assert expected in out
 
@@ -1166,16 +1134,16 @@ def test_check_a_function_that_raises_or_returns_nonsense(capsys):
     def broken(x, w_q, w_k, w_v):
         return x @ w_q  # shapes that do not fit
 
-    out = _check_output(capsys, "4.1", broken)
+    out = check_output(capsys, "4.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "q = x @ w_q.T" in out
-    out = _check_output(capsys, "4.4", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "4.4", lambda *args: AlwaysEqual())
     assert "0/3 points" in out and "got AlwaysEqual" in out
 
 
 def test_check_is_deterministic(capsys):
-    first = _check_output(capsys, "4.2", sdpa_mask_with_zero)
-    assert _check_output(capsys, "4.2", sdpa_mask_with_zero) == first
+    first = check_output(capsys, "4.2", sdpa_mask_with_zero)
+    assert check_output(capsys, "4.2", sdpa_mask_with_zero) == first
 
 
 def test_check_leaves_the_global_random_state_alone(capsys):
@@ -1184,9 +1152,9 @@ def test_check_leaves_the_global_random_state_alone(capsys):
     torch.manual_seed(123)
     for task_id, func in zip(TASK_IDS, (qkv_scores_linear_einsum, sdpa_additive_einsum,
                                         causal_mask_compare, self_attention_inline), strict=True):
-        _check_output(capsys, task_id, func)
+        check_output(capsys, task_id, func)
     for task_id in TASK_IDS:  # the references build a SelfAttention module
-        _check_output(capsys, task_id, checks.get_task(task_id).reference)
+        check_output(capsys, task_id, checks.get_task(task_id).reference)
     assert torch.equal(torch.rand(3), expected)
 
 

@@ -9,13 +9,13 @@ raise, whatever the student hands it.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from checks_support import AlwaysEqual, check_output, leaky, strip_raised
 from torch import nn
 
 from coursepkg import checks
@@ -829,13 +829,6 @@ def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
     assert checks.run_task("5.1", mutating_split, hidden=True).status == "passed"
 
 
-class AlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    __hash__ = None
-
-
 def test_objects_that_claim_equality_do_not_pass():
     for task_id in TASK_IDS:
         result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
@@ -886,22 +879,6 @@ def _allowed_hidden_messages(task):
     return hints
 
 
-def _strip_raised(message):
-    if message.startswith("raised "):
-        name, _, rest = message[len("raised ") :].partition(". ")
-        assert name == "an exception" or name in dir(builtins), message
-        return rest
-    return message
-
-
-class LeakyError(Exception):
-    pass
-
-
-def leaky(*args):
-    raise LeakyError(repr(args))
-
-
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_hidden_messages_are_hints_only(task_id):
     task = checks.get_task(task_id)
@@ -914,7 +891,7 @@ def test_hidden_messages_are_hints_only(task_id):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
-            assert _strip_raised(message) in allowed | {""}, (func, message)
+            assert strip_raised(message) in allowed | {""}, (func, message)
             assert "expected" not in message.lower() or message in allowed
             assert json.dumps(case.args) not in message
 
@@ -978,36 +955,27 @@ def test_grade_output_rejects_forged_plain_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_output(capsys, task_id, func):
-    assert checks.check(task_id, func) is None
-    out = capsys.readouterr().out
-    assert out.endswith("\n") and out.isascii()
-    assert " at 0x" not in out
-    assert all(line == line.rstrip() for line in out.splitlines())
-    return out
-
-
 def test_check_reports_full_marks(capsys):
-    out = _check_output(capsys, "5.3", mha_loop_over_heads)
+    out = check_output(capsys, "5.3", mha_loop_over_heads)
     assert out.splitlines()[0] == "Task 5.3 multi_head_attention: 5/5 points"
     assert "  PASS  [1/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2" in out
     assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = _check_output(capsys, "5.2", merge_heads_cat)
+    out = check_output(capsys, "5.2", merge_heads_cat)
     assert out.splitlines()[0] == "Task 5.2 merge_heads: 3/3 points"
 
 
 def test_check_reports_failures_with_hints(capsys):
-    out = _check_output(capsys, "5.3", mha_mask_not_per_head)
+    out = check_output(capsys, "5.3", mha_mask_not_per_head)
     assert out.startswith("Task 5.3 multi_head_attention: 4/5 points\n")
     assert ("  FAIL  [0/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2: "
             + ch05.HINT_MASK_NOT_PER_HEAD) in out
-    out = _check_output(capsys, "5.1", split_no_transpose)
+    out = check_output(capsys, "5.1", split_no_transpose)
     assert out.startswith("Task 5.1 split_heads: 0/3 points\n")
     assert "  FAIL  [0/1] every size 2 (B = T = H = Dh = 2, D = 4): " in out
 
 
 def test_check_stub(capsys):
-    out = _check_output(capsys, "5.1", stub)
+    out = check_output(capsys, "5.1", stub)
     assert out == (
         "Task 5.1 split_heads: not attempted (0/3 points): the function still raises "
         "NotImplementedError. Replace the stub with your code.\n"
@@ -1019,22 +987,22 @@ def test_check_stub(capsys):
     [(None, "got None."), (42, "got an int, not a function."), ("merge_heads", "got a str")],
 )
 def test_check_non_functions(capsys, func, expected):
-    out = _check_output(capsys, "5.2", func)
+    out = check_output(capsys, "5.2", func)
     assert out.startswith("Task 5.2 merge_heads: not attempted (0/3 points): ")
     assert expected in out
 
 
 def test_check_a_function_that_raises_or_returns_nonsense(capsys):
-    out = _check_output(capsys, "5.2", merge_view)
+    out = check_output(capsys, "5.2", merge_view)
     assert "ERROR [0/1]" in out and "raised RuntimeError: view size is not compatible" in out
     assert "Use .reshape(B, T, H * Dh)" in out
-    out = _check_output(capsys, "5.3", lambda *args: AlwaysEqual())
+    out = check_output(capsys, "5.3", lambda *args: AlwaysEqual())
     assert "0/5 points" in out and "got AlwaysEqual" in out
 
 
 def test_check_is_deterministic(capsys):
-    first = _check_output(capsys, "5.3", mha_sqrt_d_model)
-    assert _check_output(capsys, "5.3", mha_sqrt_d_model) == first
+    first = check_output(capsys, "5.3", mha_sqrt_d_model)
+    assert check_output(capsys, "5.3", mha_sqrt_d_model) == first
 
 
 def test_check_leaves_the_global_random_state_alone(capsys):
@@ -1043,9 +1011,9 @@ def test_check_leaves_the_global_random_state_alone(capsys):
     torch.manual_seed(123)
     for task_id, func in zip(TASK_IDS, (split_heads_stack, merge_heads_cat, mha_einsum),
                              strict=True):
-        _check_output(capsys, task_id, func)
+        check_output(capsys, task_id, func)
     for task_id in TASK_IDS:  # the reference of 5.3 builds a MultiHeadAttention module
-        _check_output(capsys, task_id, checks.get_task(task_id).reference)
+        check_output(capsys, task_id, checks.get_task(task_id).reference)
     assert torch.equal(torch.rand(3), expected)
 
 
