@@ -17,6 +17,12 @@ handles any leading dimensions), and :func:`merge_heads` undoes the split.
 
 Masks are boolean with **True = may attend**, broadcastable to (B, H, T, S). Shape letters:
 B batch, T queries, S keys, D model width, H heads, Dh = D // H.
+
+Two hooks serve chapter 6's encodings that act inside attention: ``rope_base`` rotates the
+queries and keys of every head with :func:`coursepkg.positional.apply_rope`, and
+``forward(..., score_bias=...)`` adds a bias such as a relative position bias to the scores.
+``fused=True`` computes the same attention with torch's fused kernel (faster, but without the
+weights); the tests prove both paths equal.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from coursepkg.positional import apply_rope
 from coursepkg.self_attention import scaled_dot_product_attention
 
 __all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
@@ -75,10 +82,21 @@ class MultiHeadAttention(nn.Module):
         n_heads: H; D must be divisible by H.
         dropout: dropout on the attention weights during training.
         bias: give the input and output projections biases.
+        rope_base: if not None, rotate queries and keys with RoPE of this base (query t at
+            position t, key s at position s; chapter 6).
+        fused: compute attention with ``torch.nn.functional.scaled_dot_product_attention``;
+            ``forward`` then returns None for the weights.
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        rope_base: float | None = None,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
@@ -88,9 +106,16 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if rope_base is not None and (d_model // n_heads) % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions: the head width {d_model // n_heads} must "
+                "be even"
+            )
         self.d_model = d_model
         self.n_heads = n_heads
         self.dropout = dropout
+        self.rope_base = rope_base
+        self.fused = fused
         self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))  # W^Q; W^K; W^V
         if bias:
             self.in_proj_bias = nn.Parameter(torch.empty(3 * d_model))
@@ -112,8 +137,14 @@ class MultiHeadAttention(nn.Module):
         return self.d_model // self.n_heads
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        *,
+        score_bias: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """Attend from each query position to the key/value positions, in every head.
 
         Args:
@@ -123,10 +154,12 @@ class MultiHeadAttention(nn.Module):
             mask: boolean, True = may attend, broadcastable to (B, H, T, S): e.g. (T, S) for
                 a causal mask, (B, 1, 1, S) for key padding; a (B, T, S) mask is applied to
                 every head.
+            score_bias: float, broadcastable to (B, H, T, S), added to the scaled scores
+                (e.g. a relative position bias (H, T, S)).
 
         Returns:
             ``(out, weights)``: out (B, T, D); weights (B, H, T, S), every head's attention
-            weights (before dropout).
+            weights (before dropout), or None when ``fused``.
         """
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.shape[-1] != self.d_model:
@@ -150,12 +183,32 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(F.linear(query, w_q, b_q), self.n_heads)  # (B, H, T, Dh)
         k = split_heads(F.linear(key, w_k, b_k), self.n_heads)  # (B, H, S, Dh)
         v = split_heads(F.linear(value, w_v, b_v), self.n_heads)  # (B, H, S, Dh)
+        if self.rope_base is not None:
+            q = apply_rope(q, base=self.rope_base)  # (B, H, T, Dh), query t at position t
+            k = apply_rope(k, base=self.rope_base)  # (B, H, S, Dh), key s at position s
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, T, S): the same mask for every head
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh)
+        if self.fused:
+            heads = self._fused_attention(q, k, v, mask, score_bias)  # (B, H, T, Dh)
+            return self.out_proj(merge_heads(heads)), None
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=score_bias)
         if self.training and self.dropout > 0:
             heads = F.dropout(weights, self.dropout) @ v  # (B, H, T, Dh)
         return self.out_proj(merge_heads(heads)), weights  # (B, T, D), (B, H, T, S)
+
+    def _fused_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, score_bias: Tensor | None
+    ) -> Tensor:
+        """The same attention through torch's fused kernel: (B, H, T, Dh)."""
+        if mask is not None and mask.dtype != torch.bool:
+            raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+        attn_mask = mask
+        if score_bias is not None:  # one float mask: the bias, and -inf where not allowed
+            attn_mask = score_bias.to(q.dtype)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+        dropout = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -181,5 +234,7 @@ class MultiHeadAttention(nn.Module):
         return ours
 
     def extra_repr(self) -> str:
+        extra = f", rope_base={self.rope_base}" if self.rope_base is not None else ""
+        extra += ", fused=True" if self.fused else ""
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
-                f"dropout={self.dropout}, bias={self.in_proj_bias is not None}")
+                f"dropout={self.dropout}, bias={self.in_proj_bias is not None}{extra}")

@@ -36,9 +36,9 @@ def _check_mask(mask: Tensor) -> None:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, bias: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(Dk)) v, with an optional boolean mask.
+    """softmax(q k^T / sqrt(Dk) + bias) v, with an optional boolean mask.
 
     Args:
         q: (..., T, Dk) queries.
@@ -46,6 +46,8 @@ def scaled_dot_product_attention(
         v: (..., S, Dv) values.
         mask: boolean, broadcastable to (..., T, S); True where query t may attend to key s.
             Masked scores become -inf, so their weights are exactly 0.
+        bias: float, broadcastable to (..., T, S), added to the scaled scores (chapter 6's
+            relative position bias); None adds nothing.
 
     Returns:
         ``(out, weights)``: out (..., T, Dv), the weighted averages of the values; weights
@@ -62,6 +64,8 @@ def scaled_dot_product_attention(
             f"v {tuple(v.shape)}"
         )
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
+    if bias is not None:
+        scores = scores + bias  # (..., T, S)
     if mask is not None:
         _check_mask(mask)
         check_mask_fits(mask, scores.shape)  # (..., T, S)

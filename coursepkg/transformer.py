@@ -1,0 +1,573 @@
+"""The full Transformer: attention, a feed-forward network, residuals and layer norms.
+
+A Transformer *block* alternates two sublayers, each wrapped in a residual connection and a
+layer norm:
+
+* multi-head self-attention (chapter 5), where positions exchange information;
+* a position-wise feed-forward network, the same two-layer MLP applied to every position
+  on its own: ``FFN(x) = W_2 act(W_1 x + b_1) + b_2``.
+
+Where the norm goes is the difference between the two variants of this module:
+
+* post-norm (``norm_first=False``, the original paper): ``x = LN(x + sublayer(x))``;
+* pre-norm (``norm_first=True``, GPT-2 and most models since): ``x = x + sublayer(LN(x))``,
+  which leaves an unnormalised path from every layer's output to the input, so gradients
+  reach the first layers undiminished.
+
+:class:`TransformerEncoderLayer` and :class:`TransformerDecoderLayer` use the parameter names
+of torch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` (up to the
+feed-forward network, which lives in ``ff``) and load their weights with ``from_torch``.
+:class:`Transformer` stacks them into an encoder-decoder, :class:`TransformerLM` into a
+causal language model whose positional encoding is any of chapter 6's.
+
+Masks are boolean with **True = may attend**, broadcastable to (B, H, T, S) (torch's
+boolean masks mean the opposite). Shape letters: B batch, T target (or LM) positions, S source
+positions, D model width, H heads, F feed-forward width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from coursepkg.multihead import MultiHeadAttention
+from coursepkg.positional import (
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    sinusoidal_encoding,
+)
+from coursepkg.self_attention import causal_mask
+
+__all__ = [
+    "FeedForward",
+    "PositionKind",
+    "Transformer",
+    "TransformerDecoderLayer",
+    "TransformerEncoderLayer",
+    "TransformerLM",
+]
+
+PositionKind = Literal["learned", "sinusoidal", "rope", "relative", "none"]
+_POSITIONS = ("learned", "sinusoidal", "rope", "relative", "none")
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_dropout(dropout: float) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+
+class FeedForward(nn.Module):
+    """The position-wise feed-forward network: ``linear2(dropout(act(linear1(x))))``.
+
+    Args:
+        d_model: D, the width of the input and output.
+        d_ff: F, the hidden width (4 D in the paper and in GPT).
+        dropout: dropout on the hidden activations during training.
+        activation: ``"relu"`` (the paper) or ``"gelu"`` (GPT).
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"
+    ) -> None:
+        super().__init__()
+        _check_positive("d_model", d_model)
+        _check_positive("d_ff", d_ff)
+        _check_dropout(dropout)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f'activation must be "relu" or "gelu", got {activation!r}')
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)  # W_1, b_1
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)  # W_2, b_2
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., D) -> (..., D), every position on its own."""
+        hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., F)
+        return self.linear2(self.dropout(hidden))  # (..., D)
+
+
+def _torch_activation(m: nn.Module) -> str:
+    act = m.activation
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"from_torch supports the relu and (exact) gelu activations, got {act!r}")
+
+
+def _load_from_torch(ours: nn.Module, m: nn.Module) -> None:
+    """Copy a torch layer's weights: ``linearN`` live in ``ours.ff``, the rest keep names."""
+    renames = {"multihead_attn.": "cross_attn.", "linear1.": "ff.linear1.",
+               "linear2.": "ff.linear2."}
+    state = {}
+    for name, value in m.state_dict().items():
+        for old, new in renames.items():
+            if name.startswith(old):
+                name = new + name[len(old):]
+        state[name] = value
+    ours.to(device=m.linear1.weight.device, dtype=m.linear1.weight.dtype)
+    ours.load_state_dict(state)
+    ours.train(m.training)
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Self-attention and a feed-forward network, each with a residual and a layer norm.
+
+    Args:
+        d_model: D.
+        n_heads: H (D divisible by H).
+        d_ff: F, the feed-forward width.
+        dropout: dropout on the attention weights, the feed-forward hidden units and each
+            sublayer's output.
+        norm_first: False for post-norm ``LN(x + f(x))``, True for pre-norm ``x + f(LN(x))``.
+        activation: the feed-forward activation, ``"relu"`` or ``"gelu"``.
+        layer_norm_eps: the layer norms' epsilon.
+        rope_base: rotate queries and keys with RoPE (chapter 6), or None.
+        fused: attention through torch's fused kernel (no weights recorded).
+
+    After every forward, ``attn_weights`` holds the self-attention weights (B, H, T, T),
+    detached (None when ``fused``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        *,
+        rope_base: float | None = None,
+        fused: bool = False,
+    ) -> None:
+        super().__init__()
+        _check_dropout(dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout, rope_base=rope_base, fused=fused
+        )
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.attn_weights: Tensor | None = None
+
+    def _attend(self, x: Tensor, mask: Tensor | None, score_bias: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask, score_bias=score_bias)  # (B, T, D)
+        self.attn_weights = None if weights is None else weights.detach()  # (B, H, T, T)
+        return self.dropout1(out)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, score_bias: Tensor | None = None
+    ) -> Tensor:
+        """One encoder layer.
+
+        Args:
+            x: (B, T, D).
+            mask: boolean, True = may attend, broadcastable to (B, H, T, T); (B, T, T)
+                applies to every head.
+            score_bias: float, broadcastable to (B, H, T, T), added to the attention scores.
+
+        Returns:
+            (B, T, D).
+        """
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), mask, score_bias)  # x + SA(LN(x))
+            return x + self.dropout2(self.ff(self.norm2(x)))  # x + FF(LN(x))
+        x = self.norm1(x + self._attend(x, mask, score_bias))  # LN(x + SA(x))
+        return self.norm2(x + self.dropout2(self.ff(x)))  # LN(x + FF(x))
+
+    @classmethod
+    def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
+        """A layer with the weights of ``torch.nn.TransformerEncoderLayer(batch_first=True)``."""
+        if not isinstance(m, nn.TransformerEncoderLayer):
+            raise ValueError(f"expected a torch.nn.TransformerEncoderLayer, got {type(m).__name__}")
+        if not m.self_attn.batch_first:
+            raise ValueError("from_torch needs batch_first=True (the course is batch first)")
+        ours = cls(
+            m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+            dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
+            layer_norm_eps=m.norm1.eps,
+        )
+        _load_from_torch(ours, m)
+        return ours
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder's output, a feed-forward network.
+
+    In cross-attention the queries come from the decoder (``x``), the keys and values from
+    the encoder's output (``memory``).
+
+    Args:
+        d_model: D.
+        n_heads: H.
+        d_ff: F.
+        dropout: as in :class:`TransformerEncoderLayer`.
+        norm_first: post-norm (False) or pre-norm (True).
+        activation: ``"relu"`` or ``"gelu"``.
+        layer_norm_eps: the layer norms' epsilon.
+
+    After every forward, ``self_attn_weights`` (B, H, T, T) and ``cross_attn_weights``
+    (B, H, T, S) hold the attention weights, detached.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        _check_dropout(dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.self_attn_weights: Tensor | None = None
+        self.cross_attn_weights: Tensor | None = None
+
+    def _self_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask)  # (B, T, D), (B, H, T, T)
+        self.self_attn_weights = weights.detach()
+        return self.dropout1(out)
+
+    def _cross_block(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        out, weights = self.cross_attn(x, memory, memory, mask)  # (B, T, D), (B, H, T, S)
+        self.cross_attn_weights = weights.detach()
+        return self.dropout2(out)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        """One decoder layer.
+
+        Args:
+            x: (B, T, D) the decoder's input.
+            memory: (B, S, D) the encoder's output.
+            self_mask: boolean, broadcastable to (B, H, T, T), usually causal.
+            memory_mask: boolean, broadcastable to (B, H, T, S), e.g. (B, 1, 1, S) to hide
+                source padding.
+
+        Returns:
+            (B, T, D).
+        """
+        if self.norm_first:
+            x = x + self._self_block(self.norm1(x), self_mask)
+            x = x + self._cross_block(self.norm2(x), memory, memory_mask)
+            return x + self.dropout3(self.ff(self.norm3(x)))
+        x = self.norm1(x + self._self_block(x, self_mask))
+        x = self.norm2(x + self._cross_block(x, memory, memory_mask))
+        return self.norm3(x + self.dropout3(self.ff(x)))
+
+    @classmethod
+    def from_torch(cls, m: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
+        """A layer with the weights of ``torch.nn.TransformerDecoderLayer(batch_first=True)``."""
+        if not isinstance(m, nn.TransformerDecoderLayer):
+            raise ValueError(f"expected a torch.nn.TransformerDecoderLayer, got {type(m).__name__}")
+        if not m.self_attn.batch_first:
+            raise ValueError("from_torch needs batch_first=True (the course is batch first)")
+        ours = cls(
+            m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+            dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
+            layer_norm_eps=m.norm1.eps,
+        )
+        _load_from_torch(ours, m)
+        return ours
+
+
+class _SinusoidalPositions(nn.Module):
+    """The sinusoidal table as a module: ``forward(T) -> (T, D)``, any T."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", sinusoidal_encoding(1, d_model), persistent=False)
+
+    def forward(self, T: int) -> Tensor:
+        if T > self.table.shape[0]:  # grow the cached table (at least doubling)
+            self.table = sinusoidal_encoding(max(T, 2 * self.table.shape[0]), self.d_model).to(
+                self.table.device
+            )
+        return self.table[:T]
+
+
+class Transformer(nn.Module):
+    """An encoder-decoder Transformer for sequence-to-sequence tasks, greedy decoding included.
+
+    Token embeddings are scaled by sqrt(D) and added to sinusoidal positions (as in the
+    paper); id ``pad_id`` in the source is hidden from attention and ignored by :meth:`loss`.
+
+    Args:
+        src_vocab: source vocabulary size.
+        tgt_vocab: target vocabulary size V.
+        d_model: D.
+        n_heads: H.
+        n_layers: encoder layers and decoder layers (each).
+        d_ff: F (default 4 D).
+        dropout: dropout everywhere (embeddings, attention, feed-forward, sublayers).
+        norm_first: pre-norm (True) or post-norm (False) layers; pre-norm adds a final layer
+            norm after each stack.
+        pad_id: the padding id (chapter 3's ``SeqCodec.PAD`` = 0).
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        norm_first: bool = True,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab),
+                            ("n_layers", n_layers)):
+            _check_positive(name, value)
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.d_model = d_model
+        self.pad_id = pad_id
+        self.norm_first = norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for embed in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(embed.weight, std=d_model**-0.5)  # unit scale after * sqrt(D)
+        self.positions = _SinusoidalPositions(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = nn.ModuleList(
+            TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
+        self.decoder = nn.ModuleList(
+            TransformerDecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.head = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, embed: nn.Embedding, ids: Tensor) -> Tensor:
+        x = embed(ids) * math.sqrt(self.d_model) + self.positions(ids.shape[1])  # (B, L, D)
+        return self.dropout(x)
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """(B, 1, 1, S): True for the real (non-padding) source tokens."""
+        return (src != self.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor) -> Tensor:
+        """The encoder: source ids (B, S) -> memory (B, S, D)."""
+        if src.dim() != 2:
+            raise ValueError(f"expected src of shape (B, S), got {tuple(src.shape)}")
+        x = self._embed(self.src_embed, src)  # (B, S, D)
+        mask = self.source_mask(src)  # (B, 1, 1, S)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.encoder_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        """The decoder: input ids (B, T) and memory (B, S, D) -> logits (B, T, V)."""
+        if tgt_in.dim() != 2:
+            raise ValueError(f"expected tgt of shape (B, T), got {tuple(tgt_in.shape)}")
+        y = self._embed(self.tgt_embed, tgt_in)  # (B, T, D)
+        self_mask = causal_mask(tgt_in.shape[1], device=tgt_in.device)  # (T, T)
+        memory_mask = self.source_mask(src)  # (B, 1, 1, S)
+        for layer in self.decoder:
+            y = layer(y, memory, self_mask, memory_mask)
+        return self.head(self.decoder_norm(y))  # (B, T, V)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher forcing.
+
+        Args:
+            src: (B, S) source ids, padded with ``pad_id``.
+            tgt: (B, T) the decoder's input: BOS followed by the target without its last token.
+
+        Returns:
+            (B, T, V) logits; position t predicts target token t.
+        """
+        return self.decode(tgt, self.encode(src), src)
+
+    def loss(self, src: Tensor, tgt: Tensor, bos: int) -> Tensor:
+        """Teacher-forced cross-entropy of the target ids (B, T) (``pad_id`` ignored)."""
+        bos_column = torch.full_like(tgt[:, :1], bos)
+        tgt_in = torch.cat([bos_column, tgt[:, :-1]], dim=1)  # (B, T)
+        logits = self(src, tgt_in)  # (B, T, V)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=self.pad_id
+        )
+
+    @torch.no_grad()
+    def translate(self, src: Tensor, max_len: int, bos: int) -> tuple[Tensor, Tensor]:
+        """Greedy decoding, with the last decoder layer's cross-attention.
+
+        Args:
+            src: (B, S) source ids.
+            max_len: T, the number of tokens to produce.
+            bos: the id that starts every target.
+
+        Returns:
+            ``(tokens, weights)``: tokens (B, T), the argmax at each step; weights (B, T, S),
+            the last layer's cross-attention averaged over heads, as it was when each token
+            was predicted.
+        """
+        _check_positive("max_len", max_len)
+        was_training = self.training
+        self.eval()
+        memory = self.encode(src)  # (B, S, D)
+        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            logits = self.decode(tokens, memory, src)  # (B, t, V)
+            tokens = torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+        weights = self.decoder[-1].cross_attn_weights.mean(dim=1)  # (B, T, S)
+        self.train(was_training)
+        return tokens[:, 1:], weights
+
+
+class TransformerLM(nn.Module):
+    """A causal (GPT-style) Transformer language model.
+
+    Tokens are embedded (scaled by sqrt(D)), combined with the positional encoding chosen by
+    ``pos``, passed through ``n_layers`` causal encoder layers and a final layer norm
+    (pre-norm), and projected to next-token logits.
+
+    ``pos`` is one of chapter 6's encodings:
+
+    * ``"learned"``: a learned vector per position added to the embeddings (GPT); sequences
+      longer than ``block_size`` raise an error;
+    * ``"sinusoidal"``: the fixed sine/cosine table added to the embeddings;
+    * ``"rope"``: queries and keys rotated in every layer;
+    * ``"relative"``: a learned bias per head and clipped offset (up to ``block_size``) in
+      every layer;
+    * ``"none"``: no positions at all (the causal mask alone still tells a little).
+
+    Every encoding but ``"learned"`` also runs on sequences longer than ``block_size``, the
+    context ``coursepkg.lm.generate`` keeps.
+
+    Args:
+        vocab_size: V.
+        block_size: the training context length.
+        d_model: D.
+        n_heads: H.
+        n_layers: the number of blocks.
+        d_ff: F (default 4 D).
+        dropout: dropout on the embeddings, attention weights and sublayers.
+        pos: the positional encoding.
+        norm_first: pre-norm (GPT, default) or post-norm blocks.
+        tie_weights: share the output projection with the token embedding.
+        activation: ``"gelu"`` (GPT, default) or ``"relu"``.
+        fused: attention through torch's fused kernel (same results, no weights recorded).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        pos: PositionKind = "learned",
+        norm_first: bool = True,
+        *,
+        tie_weights: bool = False,
+        activation: str = "gelu",
+        fused: bool = False,
+    ) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("block_size", block_size),
+                            ("d_model", d_model), ("n_layers", n_layers)):
+            _check_positive(name, value)
+        if pos not in _POSITIONS:
+            raise ValueError(f"pos must be one of {', '.join(map(repr, _POSITIONS))}; got {pos!r}")
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.vocab_size = vocab_size
+        self.block_size = block_size
+        self.d_model = d_model
+        self.pos = pos
+        self.token_embed = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.token_embed.weight, std=d_model**-0.5)  # unit scale after * sqrt(D)
+        self.positions: nn.Module | None = None
+        if pos == "learned":
+            self.positions = LearnedPositionalEmbedding(block_size, d_model)
+            # The RMS of a sinusoidal entry: both absolute encodings start at the tokens' scale.
+            nn.init.normal_(self.positions.weight, std=0.5**0.5)
+        elif pos == "sinusoidal":
+            self.positions = _SinusoidalPositions(d_model)
+        self.dropout = nn.Dropout(dropout)
+        rope_base = 10000.0 if pos == "rope" else None
+        self.layers = nn.ModuleList(
+            TransformerEncoderLayer(
+                d_model, n_heads, d_ff, dropout, norm_first, activation,
+                rope_base=rope_base, fused=fused,
+            )
+            for _ in range(n_layers)
+        )
+        self.relative = (
+            nn.ModuleList(RelativePositionBias(n_heads, block_size) for _ in range(n_layers))
+            if pos == "relative" else None
+        )
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
+        if tie_weights:
+            self.head.weight = self.token_embed.weight
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Next-token logits at every position.
+
+        Args:
+            idx: (B, T) token ids.
+
+        Returns:
+            (B, T, V) logits; position t predicts token t + 1 from tokens 0..t.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"expected idx of shape (B, T), got {tuple(idx.shape)}")
+        T = idx.shape[1]
+        x = self.token_embed(idx) * math.sqrt(self.d_model)  # (B, T, D)
+        if self.positions is not None:
+            x = x + self.positions(T)  # (T, D) added to every sequence
+        x = self.dropout(x)
+        mask = causal_mask(T, device=idx.device)  # (T, T)
+        for i, layer in enumerate(self.layers):
+            bias = self.relative[i](T) if self.relative is not None else None  # (H, T, T)
+            x = layer(x, mask, score_bias=bias)
+        return self.head(self.norm(x))  # (B, T, V)
+
+    @property
+    def attn_weights(self) -> list[Tensor | None]:
+        """Each layer's self-attention weights (B, H, T, T) from the last forward."""
+        return [layer.attn_weights for layer in self.layers]
+
+    def extra_repr(self) -> str:
+        return f"block_size={self.block_size}, pos={self.pos!r}"
