@@ -19,6 +19,8 @@ CHAPTERS = {
     "03_attention": ("*Attention*", "reproduces the model's logits at all 11 steps: True"),
     "04_self_attention": ("*Self-attention*", "the same vectors, permuted: True"),
     "05_multihead": ("*Multi-head attention*", "equal to torch's output: True"),
+    "06_positional": ("*Positional encodings*",
+                      "the RoPE score depends only on the offset m - n: True"),
 }
 
 

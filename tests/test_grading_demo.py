@@ -277,12 +277,47 @@ def test_chapter_5_library_shortcuts_are_refused_task_by_task(tmp_path):
     assert tasks["torch-fused"]["split_heads"]["status"] == "missing"
 
 
+# Chapter 6: student -> (the tasks the planted mistake costs, words their feedback must hold).
+EXPECTED_06 = {
+    "ada-swaps-sin-and-cos": ({"sinusoidal_table"}, ["Sine and cosine are swapped"]),
+    "ben-rotates-halves": ({"apply_rope"}, ["Pair each feature with its NEIGHBOUR"]),
+    "cy-counts-from-1": ({"apply_rope"}, ["Positions start at 0"]),
+    "dee-offsets-i-minus-j": ({"relative_bias"}, ["Yours uses i - j"]),
+    "eve-forgets-to-clip": ({"relative_bias"}, ["raised IndexError", "clip them to [-M, M]"]),
+}
+
+
+CHAPTER_6_SHORTCUTS = '''
+import torch
+from coursepkg.positional import RelativePositionBias
+from coursepkg.positional import apply_rope as package_rope
+
+
+def sinusoidal_table(T, d, dtype=torch.float32):  # allowed: plain torch
+    angles = torch.outer(torch.arange(T, dtype=dtype),
+                         10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d))
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(T, d)
+
+
+def apply_rope(x, positions=None):
+    return package_rope(x, positions)
+
+
+def relative_bias(table, T, S, max_distance):
+    layer = RelativePositionBias(table.shape[0], max_distance).to(table.dtype)
+    layer.load_state_dict({"bias": table})
+    with torch.no_grad():
+        return layer(T, S)
+'''
+
+
 EXPECTED = {
     "01_ngrams": EXPECTED_01,
     "02_rnn": EXPECTED_02,
     "03_attention": EXPECTED_03,
     "04_self_attention": EXPECTED_04,
     "05_multihead": EXPECTED_05,
+    "06_positional": EXPECTED_06,
 }
 
 
@@ -349,6 +384,12 @@ SHORTCUTS = {
          ("causal_mask", "torch.nn.Transformer.generate_square_subsequent_mask"),
          ("self_attention", "coursepkg.self_attention")],
         "qkv_scores",
+    ),
+    "06_positional": (
+        CHAPTER_6_SHORTCUTS,
+        [("apply_rope", "reference solution of task 6.2"),
+         ("relative_bias", "coursepkg.positional")],
+        "sinusoidal_table",
     ),
 }
 

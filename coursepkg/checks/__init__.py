@@ -19,6 +19,7 @@ from coursepkg.checks import (
     ch03_attention,  # noqa: F401 - registers the chapter 3 tasks
     ch04_self_attention,  # noqa: F401 - registers the chapter 4 tasks
     ch05_multihead,  # noqa: F401 - registers the chapter 5 tasks
+    ch06_positional,  # noqa: F401 - registers the chapter 6 tasks
 )
 from coursepkg.checks.core import (
     STATUSES,

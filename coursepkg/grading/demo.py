@@ -245,6 +245,58 @@ def perplexity(model, sentences):
 """,
         ),
     },
+    "06_positional": {
+        "ada-swaps-sin-and-cos": (
+            "sinusoidal_table",
+            """def sinusoidal_table(T, d, dtype=torch.float32):
+    p = torch.arange(T, dtype=dtype)[:, None]
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d)
+    table = torch.zeros(T, d, dtype=dtype)
+    table[:, 0::2] = torch.cos(p * w)  # cosines in the even columns
+    table[:, 1::2] = torch.sin(p * w)
+    return table
+""",
+        ),
+        "ben-rotates-halves": (
+            "apply_rope",
+            """def apply_rope(x, positions=None):
+    T, Dh = x.shape[-2], x.shape[-1]
+    m = torch.arange(T, dtype=x.dtype) if positions is None else positions.to(x.dtype)
+    freqs = torch.outer(m, 10000.0 ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh))
+    emb = torch.cat([freqs, freqs], dim=-1)  # LLaMA's layout: feature i pairs with i + Dh/2
+    first, second = x[..., : Dh // 2], x[..., Dh // 2 :]
+    return x * emb.cos() + torch.cat([-second, first], dim=-1) * emb.sin()
+""",
+        ),
+        "cy-counts-from-1": (
+            "apply_rope",
+            """def apply_rope(x, positions=None):
+    T, Dh = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(1, T + 1)  # the first token at position 1
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)
+    angles = positions.to(x.dtype)[:, None] * theta
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack([even * angles.cos() - odd * angles.sin(),
+                           even * angles.sin() + odd * angles.cos()], dim=-1)
+    return rotated.flatten(-2)
+""",
+        ),
+        "dee-offsets-i-minus-j": (
+            "relative_bias",
+            """def relative_bias(table, T, S, max_distance):
+    offsets = torch.arange(T)[:, None] - torch.arange(S)[None, :]  # i - j, not j - i
+    return table[:, offsets.clamp(-max_distance, max_distance) + max_distance]
+""",
+        ),
+        "eve-forgets-to-clip": (
+            "relative_bias",
+            """def relative_bias(table, T, S, max_distance):
+    offsets = torch.arange(S)[None, :] - torch.arange(T)[:, None]
+    return table[:, offsets + max_distance]  # never clipped to [-M, M]
+""",
+        ),
+    },
 }
 
 
