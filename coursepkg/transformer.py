@@ -466,7 +466,7 @@ class TransformerLM(nn.Module):
       longer than ``block_size`` raise an error;
     * ``"sinusoidal"``: the fixed sine/cosine table added to the embeddings;
     * ``"rope"``: queries and keys rotated in every layer;
-    * ``"relative"``: a learned bias per head and clipped offset (up to ``block_size``) in
+    * ``"relative"``: a learned bias per head and clipped offset (up to ``max_distance``) in
       every layer;
     * ``"none"``: no positions at all (the causal mask alone still tells a little).
 
@@ -486,6 +486,8 @@ class TransformerLM(nn.Module):
         tie_weights: share the output projection with the token embedding.
         activation: ``"gelu"`` (GPT, default) or ``"relu"``.
         fused: attention through torch's fused kernel (same results, no weights recorded).
+        max_distance: the clipping distance M of ``pos="relative"`` (default ``block_size``).
+            With M below the training length, the bias of the clipped offsets is trained too.
     """
 
     def __init__(
@@ -503,10 +505,13 @@ class TransformerLM(nn.Module):
         tie_weights: bool = False,
         activation: str = "gelu",
         fused: bool = False,
+        max_distance: int | None = None,
     ) -> None:
         super().__init__()
+        max_distance = block_size if max_distance is None else max_distance
         for name, value in (("vocab_size", vocab_size), ("block_size", block_size),
-                            ("d_model", d_model), ("n_layers", n_layers)):
+                            ("d_model", d_model), ("n_layers", n_layers),
+                            ("max_distance", max_distance)):
             _check_positive(name, value)
         if pos not in _POSITIONS:
             raise ValueError(f"pos must be one of {', '.join(map(repr, _POSITIONS))}; got {pos!r}")
@@ -534,7 +539,7 @@ class TransformerLM(nn.Module):
             for _ in range(n_layers)
         )
         self.relative = (
-            nn.ModuleList(RelativePositionBias(n_heads, block_size) for _ in range(n_layers))
+            nn.ModuleList(RelativePositionBias(n_heads, max_distance) for _ in range(n_layers))
             if pos == "relative" else None
         )
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()

@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
-CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead"]
+CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead",
+            "06_positional"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
@@ -103,7 +104,13 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
                    "QK^\\top / \\sqrt{d_k}", "causal_mask(T)", "scaled_dot_product_attention",
                    "SelfAttention(..., causal=True)", "\\operatorname{diag}(a) - a a^\\top",
                    "\\operatorname{MultiHead}(X)", "W^Q_h", "\\text{head}_h", "in_proj_weight",
-                   "out_proj", "d_head", "split_heads(x, n_heads)", "merge_heads(x)"):
+                   "out_proj", "d_head", "split_heads(x, n_heads)", "merge_heads(x)",
+                   "PE_{(p,2i)} = \\sin(p\\,\\omega_i)", "\\omega_i = 10000^{-2i/d}",
+                   "LearnedPositionalEmbedding(max_len, d)", "sinusoidal_encoding(T, d)", "S_k",
+                   "max_distance", "b_{h,r}", "RelativePositionBias(n_heads, max_distance).bias",
+                   "\\theta_i = 10000^{-2i/d_h}", "rope_angles(positions, d_head)",
+                   "R(\\alpha)^\\top R(\\beta) = R(\\beta - \\alpha)", "apply_rope(q)",
+                   "\\tilde q_m", 'pos="none" | "learned" | "sinusoidal" | "relative" | "rope"'):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
@@ -114,6 +121,7 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
     ("04_self_attention", "\\operatorname{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}"),
     ("05_multihead", "\\operatorname{MultiHead}(X) = [\\text{head}_1; \\dots; \\text{head}_H]\\, "
                      "W^{O\\top}"),
+    ("06_positional", "= (W^Q x_m)^\\top R\\big((n - m)\\theta\\big)\\, W^K x_n"),  # RoPE's score
 ])
 def test_chapter_has_typeset_math_served_locally(built, name, formula):
     source = chapter(name).read_text(encoding="utf-8")
@@ -130,7 +138,8 @@ def test_mathjax_is_shipped_with_the_book(built):
 
 
 @pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5),
-                                           ("04_self_attention", 5), ("05_multihead", 6)])
+                                           ("04_self_attention", 5), ("05_multihead", 6),
+                                           ("06_positional", 7)])
 def test_chapter_has_real_figures(built, name, minimum):
     page = chapter(name)
     source = page.read_text(encoding="utf-8")
@@ -158,6 +167,9 @@ SHOWN_CODE = [
       ["scaled_dot_product_attention", "SelfAttention.forward", "causal_mask"]),
     *(("05_multihead", "multihead.py", name) for name in
       ["split_heads", "merge_heads", "MultiHeadAttention.forward"]),
+    *(("06_positional", "positional.py", name) for name in
+      ["LearnedPositionalEmbedding", "sinusoidal_encoding", "RelativePositionBias.offsets",
+       "RelativePositionBias.forward", "rope_angles", "apply_rope"]),
 ]
 
 
@@ -174,7 +186,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
                                            ("02_rnn", "viz.rnn_state_explorer("),
                                            ("03_attention", "viz.attention_lookup_explorer("),
                                            ("04_self_attention", "viz.self_attention_explorer("),
-                                           ("05_multihead", "viz.multihead_explorer(")])
+                                           ("05_multihead", "viz.multihead_explorer("),
+                                           ("06_positional", "viz.rope_explorer(")])
 def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
@@ -217,6 +230,8 @@ CITED = {
     "04_self_attention": {"vaswani2017", "cheng2016", "parikh2016", "lin2017", "haviv2022",
                           "dao2022"},
     "05_multihead": {"vaswani2017", "voita2019", "michel2019", "clark2019"},
+    "06_positional": {"vaswani2017", "radford2019", "shaw2018", "raffel2020", "su2021",
+                      "press2022", "haviv2022", "kazemnejad2023", "chen2023"},
 }
 
 
@@ -417,3 +432,105 @@ def test_multihead_chapter_trains_heads_that_specialise(built):
     assert sorted(min(float(p), float(m)) for _, p, m in removed)[1] < 0.2, (
         "removing either head loses one of the two answers")
     assert "layer 2, head 1:" in text and "layer 2, head 2:" in text  # the widget's message
+
+
+NUMBER = r"(-?\d[\d.e+-]*)"  # a printed number (not the f-string that printed it)
+
+
+def test_positional_chapter_checks_the_property_of_every_encoding(built):
+    source = chapter("06_positional").read_text(encoding="utf-8")
+    assert source.count("<table") >= 4, "the sinusoids, dog and I, the results, the weights"
+    tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
+    assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
+    assert 'href="04_self_attention.html"' in source, "the order problem points to chapter 4"
+
+    text = page_text(chapter("06_positional"))
+    same = dict(re.findall(r"(without positions|with positions added) +'I' in 'I want to sleep' "
+                           r"\[.*?\], in 'Sleep to I want' \[.*?\]: the same: (True|False)", text))
+    assert same == {"without positions": "True", "with positions added": "False"}
+    for needle in ("the vectors of positions 0..7: (8, 8)",
+                   "a sequence of 9 tokens: a learned positional embedding has no vector for "
+                   "positions >= max_len=8, got a sequence of length 9",
+                   "RoPE keeps norms: True | position 0 is not rotated: True",
+                   "angles m theta_i of position m = 4: [4.0, 0.4, 0.04, 0.004]"):
+        assert needle in text, f"missing {needle!r}"
+
+    sines = table_with(source, "sin(p / 10)")
+    assert sines[1][1:] == ["0.000", "1.000"] * 4, "position 0: every pair at angle 0"
+    assert sines[2][1:5] == ["0.841", "0.540", "0.100", "0.995"], "sin 1, cos 1, sin 0.1, cos 0.1"
+
+    spread = re.search(r"largest difference from sum_i cos\(k w_i\), for any p: (\d\S*)\n", text)
+    assert spread and float(spread[1]) < 1e-10, "the dot product depends on the offset only"
+    shifts = re.findall(r"k = +(\d+): largest \|S_k PE_p - PE_\(p\+k\)\| over all p: (\d\S*); "
+                        r"S_k is a rotation \(S_k S_k\^T = I\): (True|False)", text)
+    assert [int(k) for k, _, _ in shifts] == [1, 5, 40]
+    assert all(float(error) < 1e-12 and rotation == "True" for _, error, rotation in shifts)
+
+    diluted = re.findall(r"query +(\d+): weight on the previous token (\d\S*) "
+                         r"\(e\^4 / \(e\^4 \+ t\) = (\d\S*)\)", text)
+    assert [int(t) for t, _, _ in diluted] == [1, 7, 31, 63, 127]
+    assert all(measured == formula for _, measured, formula in diluted)
+    weights = [float(w) for _, w, _ in diluted]
+    assert weights == sorted(weights, reverse=True) and weights[0] > 0.95 > 0.5 > weights[-1]
+
+    rows = table_with(source, "score with RoPE")[1:]
+    by_offset = {}
+    for _, m, n, offset, rope, added in rows:
+        assert int(m) - int(n) == int(offset)
+        by_offset.setdefault(int(offset), []).append((rope, added))
+    assert len(by_offset[3]) >= 4 and len({rope for rope, _ in by_offset[3]}) == 1, (
+        "RoPE: the same score wherever 'dog' and 'I' are, 3 apart")
+    assert len({added for _, added in by_offset[3]}) >= 4, "added sinusoids: depends on where"
+    assert by_offset[4][0][0] != by_offset[3][0][0], "another offset, another score"
+    widget = re.search(r"dog at m = 20, I at n = 17 \(offset 3\): RoPE score " + NUMBER
+                       + r", the same at every m for this offset; with the sinusoidal table added "
+                       r"instead: " + NUMBER + r"\n", text)
+    assert widget and widget[1] == by_offset[3][0][0], "the widget's score is the table's"
+
+
+def test_positional_chapter_measures_length_generalisation(built):
+    source = chapter("06_positional").read_text(encoding="utf-8")
+    results = {row[0]: row[1:] for row in table_with(source, "first step with loss")[1:]}
+    assert list(results) == ["none", "learned", "sinusoidal", "relative, M = 32",
+                             "relative, M = 16", "RoPE"]
+
+    def seeds(cell):
+        return [float(value) for value in cell.split(" / ")]
+
+    for model, (first, at_l, at_2l, at_4l) in results.items():
+        if model == "learned":
+            assert at_2l.startswith("cannot run: no vector for positions") and at_4l == at_2l, (
+                "the learned table has no number beyond L, and must not pretend to")
+            continue
+        assert "cannot run" not in at_2l + at_4l, model
+        for value in seeds(at_l) + seeds(at_2l) + seeds(at_4l):
+            assert 0.0 <= value <= 1.0
+        if model == "none":
+            assert first == "never / never" and max(seeds(at_l)) < 0.5
+        else:
+            assert min(seeds(at_l)) > 0.95, f"{model} should solve the task at length L"
+    assert min(seeds(results["learned"][1])) > 0.95
+    assert max(seeds(results["sinusoidal"][2])) < 0.5, "sinusoids do not extrapolate"
+    clip_32, clip_16 = seeds(results["relative, M = 32"][2]), seeds(results["relative, M = 16"][2])
+    assert all(a < b for a, b in zip(clip_32, clip_16, strict=True)), "the untrained bucket hurts"
+    steps = {model: [int(s) for s in row[0].split(" / ")] for model, row in results.items()
+             if model != "none"}
+    assert max(steps["RoPE"]) < min(min(v) for model, v in steps.items() if model != "RoPE"), (
+        "RoPE gets its loss below 0.05 first")
+
+    weights = {row[0]: [[float(v) for v in cell.split(" / ")] for cell in row[1:]]
+               for row in table_with(source, "largest on another")[1:]}
+    assert set(weights) == {"relative, M = 32", "relative, M = 16", "RoPE"}
+    for model in ("relative, M = 32", "relative, M = 16"):
+        on_echo = [echo for echo, _ in weights[model]]
+        assert on_echo == sorted(on_echo, reverse=True), f"{model}: diluted as keys multiply"
+    (rope_31, other_31), (rope_63, other_63), _ = weights["RoPE"]
+    assert rope_31 > 0.9 > other_31 and other_63 > rope_63, "RoPE: a wrong key wins beyond L"
+
+    text = page_text(chapter("06_positional"))
+    assert ("the learned table on 128 tokens: a learned positional embedding has no vector for "
+            "positions >= max_len=32, got a sequence of length 128") in text
+    bias = re.search(r"bias of offset -5: " + NUMBER + "; mean bias of the other offsets -31..0: "
+                     + NUMBER + r"; bias of every offset <= -32 \(never used in training\): "
+                     + NUMBER + r"\n", text)
+    assert bias and float(bias[1]) > 0 > float(bias[2]) and float(bias[3]) == 0.0

@@ -917,3 +917,199 @@ def test_multihead_explorer_rejects_bad_starting_values():
         viz.multihead_explorer(fake_maps, text="ab", head=0)
     with pytest.raises(ValueError, match="at least one layer"):
         viz.multihead_explorer(lambda text: (list(text), []), text="ab")
+
+
+# ------------------------------------------------------------------------ chapter 6
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from coursepkg.positional import apply_rope, sinusoidal_encoding  # noqa: E402
+
+
+def test_plot_position_table_draws_the_table_on_a_symmetric_scale():
+    table = sinusoidal_encoding(10, 6)
+    ax = viz.plot_position_table(table, title="table")
+    assert np.allclose(ax.images[0].get_array(), table.numpy())
+    assert ax.images[0].get_clim() == pytest.approx((-1.0, 1.0))  # cos(0) = 1 is the largest
+    assert len(ax.figure.axes) == 2  # the table and its colour bar
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == ("table", "dimension",
+                                                                    "position p")
+    lopsided = viz.plot_position_table(np.array([[0.5, -2.0], [0.0, 1.0]]))
+    assert lopsided.images[0].get_clim() == pytest.approx((-2.0, 2.0))
+    fig = Figure()
+    ax = fig.subplots()
+    assert viz.plot_position_table(table, ax) is ax
+
+
+def test_plot_position_table_rejects_what_is_not_a_table():
+    for bad in (np.ones(3), np.ones((0, 4)), torch.ones(2, 2, 2)):
+        with pytest.raises(ValueError, match="non-empty 2-D table"):
+            viz.plot_position_table(bad)
+
+
+def test_plot_against_offset_draws_every_curve_in_its_own_style_and_a_line_at_zero():
+    ax = viz.plot_against_offset([-1, 0, 1], {"a": [1.0, 2.0, 3.0], "b": [3.0, 2.0, 1.0]},
+                                 title="dots", ylabel="dot product")
+    a, b, zero = ax.lines
+    assert list(a.get_ydata()) == [1.0, 2.0, 3.0] and list(b.get_xdata()) == [-1.0, 0.0, 1.0]
+    assert a.get_linestyle() != b.get_linestyle()  # coinciding curves stay visible
+    assert list(zero.get_xdata()) == [0.0, 0.0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == ("dots", "offset k",
+                                                                    "dot product")
+    assert len(viz.plot_against_offset([1, 2], {"a": [0.0, 1.0]}).lines) == 1  # no 0: no line
+
+
+def test_plot_against_offset_checks_its_input():
+    with pytest.raises(ValueError, match="at least one curve"):
+        viz.plot_against_offset([0], {})
+    with pytest.raises(ValueError, match="curve 'a' has 2 values for 3 offsets"):
+        viz.plot_against_offset([0, 1, 2], {"a": [0.0, 1.0]})
+
+
+def test_plot_accuracy_by_position_leaves_gaps_and_shades_unseen_positions():
+    ax = viz.plot_accuracy_by_position(
+        range(5, 9), {"learned": [1.0, 1.0, None, None], "rope": [1.0, 0.9, 0.5, 0.25]},
+        trained_length=7, chance=1 / 16, title="echo")
+    learned, rope, chance = ax.lines
+    assert np.array_equal(learned.get_ydata(), [1.0, 1.0, np.nan, np.nan], equal_nan=True)
+    assert list(rope.get_ydata()) == [1.0, 0.9, 0.5, 0.25]
+    assert list(chance.get_ydata()) == [0.0625, 0.0625]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["learned", "rope",
+                                                                   "chance: 0.062"]
+    (shade,) = ax.patches
+    assert shade.get_x() == pytest.approx(6.5) and shade.get_width() == pytest.approx(2.0)
+    assert "\u2265 7" in ax.texts[0].get_text()
+    assert ax.get_ylim()[0] < 0 and ax.get_ylim()[1] > 1.05  # room for the label
+    plain = viz.plot_accuracy_by_position([0, 1], {"a": [0.5, 0.75]})
+    assert len(plain.lines) == 1 and not plain.patches and not plain.texts
+
+
+def test_plot_accuracy_by_position_checks_lengths():
+    with pytest.raises(ValueError, match="curve 'a' has 1 values for 2 positions"):
+        viz.plot_accuracy_by_position([0, 1], {"a": [0.5]})
+
+
+def _rotated(x, position):
+    return apply_rope(x.to(torch.float64)[None], torch.tensor([position]))[0]  # (Dh,)
+
+
+def _arrows(ax):
+    return [np.array(text.xy) for text in ax.texts]  # q at 0, k at 0, q at m, k at n
+
+
+def test_plot_rope_pairs_draws_every_pair_rotated_and_its_share_of_the_score():
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(6, generator=generator), torch.randn(6, generator=generator)
+    fig = viz.plot_rope_pairs(q, k, 4, 1, labels=("dog", "I"))
+    assert len(fig.axes) == 3  # one panel per pair
+    q_m, k_n = _rotated(q, 4), _rotated(k, 1)
+    shares = []
+    for i, ax in enumerate(fig.axes):
+        q0, k0, qm, kn = _arrows(ax)
+        assert np.allclose(q0, q[2 * i:2 * i + 2].numpy(), atol=1e-6)
+        assert np.allclose(k0, k[2 * i:2 * i + 2].numpy(), atol=1e-6)
+        assert np.allclose(qm, q_m[2 * i:2 * i + 2].numpy(), atol=1e-6)
+        assert np.allclose(kn, k_n[2 * i:2 * i + 2].numpy(), atol=1e-6)
+        assert f"pair {i}" in ax.get_title()
+        shares.append(float(ax.get_xlabel().removeprefix("contribution ")))
+    score = (q_m @ k_n).item()
+    assert sum(shares) == pytest.approx(score, abs=2e-3)
+    assert f"score {score:.3f}" in fig._suptitle.get_text()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "dog, position 0", "I, position 0", "dog at m = 4", "I at n = 1"]
+    shifted = viz.plot_rope_pairs(q, k, 9, 6)  # the same offset, 5 positions later
+    assert [ax.get_xlabel() for ax in shifted.axes] == [ax.get_xlabel() for ax in fig.axes]
+    assert not np.allclose(_arrows(shifted.axes[0])[2], _arrows(fig.axes[0])[2])
+
+
+def test_plot_rope_pairs_rejects_vectors_that_do_not_pair_up():
+    with pytest.raises(ValueError, match="same even width"):
+        viz.plot_rope_pairs(torch.ones(3), torch.ones(3), 1, 0)
+    with pytest.raises(ValueError, match="same even width"):
+        viz.plot_rope_pairs(torch.ones(4), torch.ones(6), 1, 0)
+    with pytest.raises(ValueError, match="same even width"):
+        viz.plot_rope_pairs(torch.ones(2, 2), torch.ones(2, 2), 1, 0)
+
+
+def _added_score(explorer, m, n, base=10000.0):
+    table = sinusoidal_encoding(explorer.max_position + 1, len(explorer.q), base=base,
+                                dtype=torch.float64)
+    return ((explorer.q + table[m]) @ (explorer.k + table[n])).item()
+
+
+def test_rope_explorer_starts_with_the_rotated_pair_and_both_scores():
+    explorer = viz.rope_explorer()
+    assert (explorer.position.value, explorer.offset.value, explorer.base.value) == (4, 3,
+                                                                                     10000.0)
+    assert explorer.position.min == 3 and explorer.position.max == 63
+    assert explorer.q.shape == (8,) and explorer.q.dtype == torch.float64
+    assert explorer.score == pytest.approx((_rotated(explorer.q, 4) @ _rotated(explorer.k, 1))
+                                           .item())
+    assert explorer.added_score == pytest.approx(_added_score(explorer, 4, 1))
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+    pairs, scores = explorer.figure.axes[:4], explorer.figure.axes[4]
+    assert len(explorer.figure.axes) == 5
+    assert np.allclose(_arrows(pairs[1])[2], _rotated(explorer.q, 4)[2:4].numpy())
+    rope, added, dots = scores.lines
+    assert list(rope.get_xdata()) == list(range(3, 64))
+    assert np.allclose(rope.get_ydata(), explorer.score)  # flat: the offset is fixed
+    assert added.get_ydata()[4 - 3] == pytest.approx(explorer.added_score)
+    assert list(dots.get_xdata()) == [4, 4]
+    assert explorer.message.value == (
+        f"query at m = 4, key at n = 1 (offset 3): RoPE score {explorer.score:.3f}, the same at "
+        f"every m for this offset; with the sinusoidal table added instead: "
+        f"{explorer.added_score:.3f}")
+
+
+def test_rope_explorer_keeps_the_score_of_a_fixed_offset_and_redraws_on_every_control():
+    explorer = viz.rope_explorer(seed=1)
+    score, added, before = explorer.score, explorer.added_score, bytes(explorer.image.value)
+    explorer.position.value = 20
+    assert explorer.score == pytest.approx(score, abs=1e-9)
+    assert explorer.added_score == pytest.approx(_added_score(explorer, 20, 17))
+    assert explorer.added_score != pytest.approx(added)
+    assert bytes(explorer.image.value) != before
+    assert "m = 20" in explorer.figure._suptitle.get_text()
+    explorer.offset.value = 4
+    assert explorer.score == pytest.approx((_rotated(explorer.q, 20) @ _rotated(explorer.k, 16))
+                                           .item())
+    assert explorer.score != pytest.approx(score)
+    explorer.base.value = 10.0
+    q_20 = apply_rope(explorer.q[None], torch.tensor([20]), base=10.0)[0]
+    k_16 = apply_rope(explorer.k[None], torch.tensor([16]), base=10.0)[0]
+    assert explorer.score == pytest.approx((q_20 @ k_16).item())
+    assert "base 10" in explorer.figure._suptitle.get_text()
+    assert len(explorer.figure.axes) == 5  # redraw replaces the panels, never stacks them
+
+
+def test_rope_explorer_moves_the_query_when_the_offset_passes_it_with_one_redraw(monkeypatch):
+    explorer = viz.rope_explorer(position=4, offset=3)
+    calls = []
+    original = viz.RopeExplorer.redraw
+    monkeypatch.setattr(viz.RopeExplorer, "redraw",
+                        lambda self: calls.append(self.position.value) or original(self))
+    explorer.offset.value = 10
+    assert explorer.position.value == 10 and explorer.position.min == 10
+    assert calls == [10]
+    assert "key at n = 0" in explorer.message.value
+    explorer.offset.value = 2  # a smaller offset leaves the query where it is
+    assert explorer.position.value == 10 and explorer.position.min == 2
+    assert "key at n = 8" in explorer.message.value
+
+
+def test_rope_explorer_uses_given_vectors_and_labels_and_rejects_bad_starting_values():
+    q, k = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    explorer = viz.rope_explorer(q, k, labels=("dog", "<I>"), position=2, offset=1)
+    assert len(explorer.figure.axes) == 2  # one pair and the scores
+    # [cos 2, sin 2] . [-sin 1, cos 1] = sin(2 - 1): the offset alone
+    assert explorer.score == pytest.approx(math.sin(1.0))
+    assert explorer.message.value.startswith("dog at m = 2, &lt;I&gt; at n = 1")
+    with pytest.raises(ValueError, match="same even width"):
+        viz.rope_explorer(torch.ones(3), torch.ones(3))
+    with pytest.raises(ValueError, match="base must be one of"):
+        viz.rope_explorer(base=42.0)
+    with pytest.raises(ValueError, match="0 <= offset <= position <= max_position"):
+        viz.rope_explorer(position=2, offset=3)
+    with pytest.raises(ValueError, match="0 <= offset <= position <= max_position"):
+        viz.rope_explorer(position=70, max_position=63)
