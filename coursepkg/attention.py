@@ -36,16 +36,16 @@ __all__ = [
 ]
 
 
-def check_mask_fits(mask: Tensor, scores_shape: torch.Size) -> None:
+def check_mask_fits(mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> None:
     """Raise a ValueError naming both shapes unless ``mask`` broadcasts to the scores' shape
-    (and would not grow it)."""
+    (and would not grow it); ``name`` names the tensor in the message."""
     try:
         fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
         fits = False
     if not fits:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(scores_shape)}"
         )
 

@@ -65,6 +65,7 @@ def scaled_dot_product_attention(
         )
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     if bias is not None:
+        check_mask_fits(bias, scores.shape, "bias")
         scores = scores + bias  # (..., T, S)
     if mask is not None:
         _check_mask(mask)

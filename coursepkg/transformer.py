@@ -105,6 +105,21 @@ def _torch_activation(m: nn.Module) -> str:
     raise ValueError(f"from_torch supports the relu and (exact) gelu activations, got {act!r}")
 
 
+def _check_torch_layer(m: nn.Module, expected: type) -> None:
+    if not isinstance(m, expected):
+        raise ValueError(f"expected a torch.nn.{expected.__name__}, got {type(m).__name__}")
+    if not m.self_attn.batch_first:
+        raise ValueError("from_torch needs batch_first=True (the course is batch first)")
+    if m.linear1.bias is None:
+        raise ValueError("from_torch needs a torch layer with biases (it was built with "
+                         "bias=False; the course's layers always have them)")
+
+
+def _check_width(name: str, x: Tensor, d_model: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"expected {name} of shape (B, length, {d_model}), got {tuple(x.shape)}")
+
+
 def _load_from_torch(ours: nn.Module, m: nn.Module) -> None:
     """Copy a torch layer's weights: ``linearN`` live in ``ours.ff``, the rest keep names."""
     renames = {"multihead_attn.": "cross_attn.", "linear1.": "ff.linear1.",
@@ -184,6 +199,7 @@ class TransformerEncoderLayer(nn.Module):
         Returns:
             (B, T, D).
         """
+        _check_width("x", x, self.self_attn.d_model)
         if self.norm_first:
             x = x + self._attend(self.norm1(x), mask, score_bias)  # x + SA(LN(x))
             return x + self.dropout2(self.ff(self.norm2(x)))  # x + FF(LN(x))
@@ -193,10 +209,7 @@ class TransformerEncoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
         """A layer with the weights of ``torch.nn.TransformerEncoderLayer(batch_first=True)``."""
-        if not isinstance(m, nn.TransformerEncoderLayer):
-            raise ValueError(f"expected a torch.nn.TransformerEncoderLayer, got {type(m).__name__}")
-        if not m.self_attn.batch_first:
-            raise ValueError("from_torch needs batch_first=True (the course is batch first)")
+        _check_torch_layer(m, nn.TransformerEncoderLayer)
         ours = cls(
             m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
             dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
@@ -279,6 +292,8 @@ class TransformerDecoderLayer(nn.Module):
         Returns:
             (B, T, D).
         """
+        _check_width("x", x, self.self_attn.d_model)
+        _check_width("memory", memory, self.self_attn.d_model)
         if self.norm_first:
             x = x + self._self_block(self.norm1(x), self_mask)
             x = x + self._cross_block(self.norm2(x), memory, memory_mask)
@@ -290,10 +305,7 @@ class TransformerDecoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, m: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
         """A layer with the weights of ``torch.nn.TransformerDecoderLayer(batch_first=True)``."""
-        if not isinstance(m, nn.TransformerDecoderLayer):
-            raise ValueError(f"expected a torch.nn.TransformerDecoderLayer, got {type(m).__name__}")
-        if not m.self_attn.batch_first:
-            raise ValueError("from_torch needs batch_first=True (the course is batch first)")
+        _check_torch_layer(m, nn.TransformerDecoderLayer)
         ours = cls(
             m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
             dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
@@ -313,9 +325,9 @@ class _SinusoidalPositions(nn.Module):
 
     def forward(self, T: int) -> Tensor:
         if T > self.table.shape[0]:  # grow the cached table (at least doubling)
-            self.table = sinusoidal_encoding(max(T, 2 * self.table.shape[0]), self.d_model).to(
-                self.table.device
-            )
+            self.table = sinusoidal_encoding(
+                max(T, 2 * self.table.shape[0]), self.d_model, dtype=self.table.dtype
+            ).to(self.table.device)
         return self.table[:T]
 
 
@@ -354,6 +366,7 @@ class Transformer(nn.Module):
         for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab),
                             ("n_layers", n_layers)):
             _check_positive(name, value)
+        _check_dropout(dropout)
         d_ff = 4 * d_model if d_ff is None else d_ff
         self.d_model = d_model
         self.pad_id = pad_id
@@ -508,6 +521,7 @@ class TransformerLM(nn.Module):
         max_distance: int | None = None,
     ) -> None:
         super().__init__()
+        _check_dropout(dropout)
         max_distance = block_size if max_distance is None else max_distance
         for name, value in (("vocab_size", vocab_size), ("block_size", block_size),
                             ("d_model", d_model), ("n_layers", n_layers),

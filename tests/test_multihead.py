@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from coursepkg.multihead import MultiHeadAttention, merge_heads, split_heads
+from coursepkg.positional import apply_rope
 from coursepkg.self_attention import SelfAttention, causal_mask
 
 SMALL = settings(max_examples=20, deadline=None, derandomize=True)
@@ -854,3 +855,184 @@ def test_two_heads_learn_two_attention_patterns_at_once():
     assert by_position != by_content
     assert on_previous[by_position] > 0.9 and on_marker[by_content] > 0.85
     assert on_previous[by_content] < 0.3 and on_marker[by_position] < 0.3
+
+
+# ----------------------------------------------------------------------------- RoPE, score bias
+def by_hand(m: MultiHeadAttention, query, key, value, mask=None, score_bias=None,
+            q_positions=None, k_positions=None):
+    """Attention written out with the module's weights: project, split the heads, rotate the
+    queries and keys with chapter 6's apply_rope (when the module has a rope_base), add the
+    bias to the scaled scores, mask, softmax, merge the heads, W^O."""
+    w_q, w_k, w_v = m.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = m.in_proj_bias.chunk(3)
+    q = split_heads(query @ w_q.T + b_q, m.n_heads)  # (B, H, T, Dh)
+    k = split_heads(key @ w_k.T + b_k, m.n_heads)  # (B, H, S, Dh)
+    v = split_heads(value @ w_v.T + b_v, m.n_heads)  # (B, H, S, Dh)
+    if m.rope_base is not None:
+        q = apply_rope(q, q_positions, base=m.rope_base)
+        k = apply_rope(k, k_positions, base=m.rope_base)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(m.d_head)  # (B, H, T, S)
+    if score_bias is not None:
+        scores = scores + score_bias
+    if mask is not None:
+        mask = mask[:, None] if mask.dim() == 3 else mask
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return m.out_proj(merge_heads(weights @ v)), weights
+
+
+def make_rope_module(D, H, base, seed, **kwargs):
+    torch.manual_seed(seed)
+    m = MultiHeadAttention(D, H, rope_base=base, **kwargs).double()
+    with torch.no_grad():
+        m.in_proj_bias.copy_(randn(3 * D, seed=seed + 9))
+    return m
+
+
+@pytest.mark.parametrize("base", [10000.0, 100.0])
+@pytest.mark.parametrize("self_attention", [True, False])
+@pytest.mark.parametrize("masked", [False, True])
+def test_rope_base_rotates_the_split_queries_and_keys(base, self_attention, masked):
+    B, T, S, D, H = 2, 5, 5 if self_attention else 7, 8, 2
+    m = make_rope_module(D, H, base, seed=40)
+    q = randn(B, T, D, seed=41)
+    k, v = (q, q) if self_attention else (randn(B, S, D, seed=42), randn(B, S, D, seed=43))
+    mask = random_mask((B, T, S), seed=44) if masked else None
+    with torch.no_grad():
+        out, weights = m(q, k, v, mask)
+        out_ref, weights_ref = by_hand(m, q, k, v, mask)
+        plain = MultiHeadAttention(D, H).double()
+        plain.load_state_dict(m.state_dict())
+        out_plain, _ = plain(q, k, v, mask)
+    torch.testing.assert_close(weights, weights_ref)
+    torch.testing.assert_close(out, out_ref)
+    assert not torch.allclose(out, out_plain)  # the rotation does something
+    other = make_rope_module(D, H, 10000.0 if base == 100.0 else 100.0, seed=40)
+    with torch.no_grad():
+        assert not torch.allclose(other(q, k, v, mask)[0], out)  # and the base matters
+
+
+@SMALL
+@given(st.integers(-1000, 1000), st.integers(1, 6), st.integers(0, 2**16))
+def test_rope_attention_is_the_same_at_any_starting_position(start, T_, seed):
+    """The module puts query t and key s at positions t and s; rotating them by hand from
+    positions start + t and start + s gives the same weights and output: the scores depend on
+    the offsets only."""
+    m = make_rope_module(8, 2, 10000.0, seed=seed % 5)
+    x = randn(2, T_, 8, seed=seed)
+    positions = start + torch.arange(T_)
+    mask = causal_mask(T_)
+    with torch.no_grad():
+        out, weights = m(x, x, x, mask)
+        out_ref, weights_ref = by_hand(m, x, x, x, mask, q_positions=positions,
+                                       k_positions=positions)
+    torch.testing.assert_close(weights, weights_ref, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(out, out_ref, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("d_model, n_heads", [(12, 4), (6, 2), (5, 5)])
+def test_rope_needs_an_even_head_width(d_model, n_heads):
+    Dh = d_model // n_heads
+    with pytest.raises(ValueError, match=rf"head width {Dh} must be even"):
+        MultiHeadAttention(d_model, n_heads, rope_base=10000.0)
+    MultiHeadAttention(d_model, n_heads)  # without RoPE an odd head width is fine
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 4, 6), (3, 2, 4, 6), (3, 1, 4, 6), (4, 6)], ids=str)
+def test_score_bias_is_added_to_the_scaled_scores_of_every_head(bias_shape):
+    B, T, S, D, H = 3, 4, 6, 8, 2
+    m = make_module(D, H, True, seed=45)
+    q, k, v = randn(B, T, D, seed=46), randn(B, S, D, seed=47), randn(B, S, D, seed=48)
+    bias = (2 * randn(*bias_shape, seed=49)).requires_grad_()
+    mask = random_mask((B, 1, 1, S), seed=50)
+    out, weights = m(q, k, v, mask, score_bias=bias)
+    out_ref, weights_ref = by_hand(m, q, k, v, mask, score_bias=bias)
+    torch.testing.assert_close(weights, weights_ref)
+    torch.testing.assert_close(out, out_ref)
+    assert not torch.allclose(weights, m(q, k, v, mask)[1])
+    out.sum().backward()
+    assert bias.grad.shape == bias_shape and bias.grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- fused path
+FUSED_MASKS = ["none", "causal", "TS", "BTS", "BHTS", "padding"]
+
+
+def fused_twin(m: MultiHeadAttention) -> MultiHeadAttention:
+    twin = MultiHeadAttention(m.d_model, m.n_heads, m.dropout, rope_base=m.rope_base,
+                              fused=True).to(m.in_proj_weight.dtype)
+    twin.load_state_dict(m.state_dict())
+    return twin.train(m.training)
+
+
+@pytest.mark.parametrize("masked", FUSED_MASKS)
+@pytest.mark.parametrize("bias", ["none", "HTS", "B1TS"])
+@pytest.mark.parametrize("rope", [None, 10000.0], ids=["no-rope", "rope"])
+def test_fused_path_equals_the_explicit_path(masked, bias, rope):
+    """torch's fused kernel and the course's attention: the same outputs and the same
+    gradients (inputs, every parameter, the score bias), with every kind of mask, with a
+    random score bias and with RoPE. The fused module returns None for the weights."""
+    B, T, D, H = 3, 5, 8, 2
+    explicit = make_rope_module(D, H, rope, seed=51)
+    fused = fused_twin(explicit)
+    mask = {"none": None, "causal": causal_mask(T), "TS": random_mask((T, T), seed=52),
+            "BTS": random_mask((B, T, T), seed=53), "BHTS": random_mask((B, H, T, T), seed=54),
+            "padding": random_mask((B, 1, 1, T), seed=55)}[masked]
+    score_bias = {"none": None, "HTS": randn(H, T, T, seed=56),
+                  "B1TS": randn(B, 1, T, T, seed=57)}[bias]
+    x = randn(B, T, D, seed=58)
+    kv = randn(B, T, D, seed=59)
+    results = []
+    for m in (explicit, fused):
+        m.zero_grad(set_to_none=True)
+        leaves = [t.detach().clone().requires_grad_() for t in (x, kv)]
+        sb = None if score_bias is None else score_bias.clone().requires_grad_()
+        out, weights = m(leaves[0], leaves[1], leaves[1], mask, score_bias=sb)
+        (out * randn(*out.shape, seed=60)).sum().backward()
+        grads = {"query": leaves[0].grad, "key_value": leaves[1].grad,
+                 **{n: p.grad for n, p in m.named_parameters()}}
+        if sb is not None:
+            grads["score_bias"] = sb.grad
+        results.append((out, weights, grads))
+    (out, weights, grads), (out_f, weights_f, grads_f) = results
+    assert weights_f is None and weights is not None
+    torch.testing.assert_close(out_f, out, rtol=1e-10, atol=1e-12)
+    assert grads_f.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads_f[name], grads[name], rtol=1e-10, atol=1e-12,
+                                   msg=lambda msg, name=name: f"gradient of {name}: {msg}")
+
+
+def test_fused_path_in_float32_with_padding_and_bias():
+    B, T, S, D, H = 2, 4, 6, 8, 2
+    torch.manual_seed(61)
+    explicit = MultiHeadAttention(D, H)
+    fused = fused_twin(explicit)
+    q, kv = torch.randn(B, T, D), torch.randn(B, S, D)
+    mask, bias = random_mask((B, 1, 1, S), seed=62), torch.randn(H, T, S)
+    with torch.no_grad():
+        out, weights = explicit(q, kv, kv, mask, score_bias=bias)
+        out_f, weights_f = fused(q, kv, kv, mask, score_bias=bias)
+    assert out_f.dtype == torch.float32 and weights_f is None
+    torch.testing.assert_close(out_f, out)
+
+
+def test_fused_dropout_is_off_in_eval_mode_and_on_in_training():
+    torch.manual_seed(63)
+    explicit = MultiHeadAttention(8, 2, dropout=0.5).double().eval()
+    fused = fused_twin(explicit)
+    x = randn(2, 5, 8, seed=64)
+    with torch.no_grad():
+        out = explicit(x, x, x)[0]
+        torch.testing.assert_close(fused(x, x, x)[0], out)
+        fused.train()
+        assert not torch.allclose(fused(x, x, x)[0], out)
+
+
+def test_fused_path_refuses_a_non_boolean_mask_and_repr_shows_the_options():
+    m = MultiHeadAttention(8, 2, fused=True, rope_base=500.0)
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match=r"mask must be boolean.*torch.float32"):
+        m(x, x, x, torch.ones(3, 3))
+    assert "rope_base=500.0" in repr(m) and "fused=True" in repr(m)
+    assert "rope_base" not in repr(MultiHeadAttention(8, 2))

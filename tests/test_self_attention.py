@@ -544,3 +544,111 @@ def test_bad_widths_are_rejected(kwargs):
     name = next(iter(kwargs))
     with pytest.raises(ValueError, match=f"{name} must be a positive int"):
         SelfAttention(8, **kwargs)
+
+
+# ----------------------------------------------------------------------------- score bias
+def reference_with_bias(q, k, v, bias, mask=None):
+    """softmax(q k^T / sqrt(Dk) + bias) v in float64, masked with -inf."""
+    q, k, v, bias = q.to(F64), k.to(F64), v.to(F64), bias.to(F64)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias  # (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+BIAS_SHAPES = [(T, S), (H, T, S), (B, 1, T, S), (B, H, T, S), (1, S), (H, 1, S)]
+BIAS_MASKS = [None, (T, S), (B, 1, 1, S), (B, H, T, S)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("bias_shape", BIAS_SHAPES, ids=str)
+@pytest.mark.parametrize("mask_shape", BIAS_MASKS, ids=str)
+def test_bias_equals_torch_s_float_mask_combined_with_a_boolean_mask(bias_shape, mask_shape,
+                                                                     dtype):
+    """torch adds a float attn_mask to the scaled scores: our bias is that float mask, and a
+    boolean mask on top of it is -inf in the float mask."""
+    q, k, v = qkv((B, H), T, S, DK, DV, seed=30, dtype=dtype)
+    bias = 2 * randn(*bias_shape, seed=31, dtype=dtype)
+    mask = None if mask_shape is None else random_mask(mask_shape, seed=32)
+    float_mask = bias.expand(B, H, T, S)
+    if mask is not None:
+        float_mask = float_mask.masked_fill(~mask, float("-inf"))
+    out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    assert out.shape == (B, H, T, DV) and weights.shape == (B, H, T, S)
+    assert out.dtype == dtype and weights.dtype == dtype
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=float_mask))
+    ref_out, ref_weights = reference_with_bias(q, k, v, bias, mask)
+    torch.testing.assert_close(weights, ref_weights.to(dtype))
+    torch.testing.assert_close(out, ref_out.to(dtype))
+    # the bias matters, and a masked key gets exactly 0 whatever its bias
+    assert not torch.allclose(weights, scaled_dot_product_attention(q, k, v, mask)[1])
+    if mask is not None:
+        assert (weights[~mask.expand(B, H, T, S)] == 0).all()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_bias_gradients_equal_torch(masked):
+    """Gradients w.r.t. q, k, v and the bias itself (a learned relative bias trains through
+    it) agree with torch's float mask; masked entries of the bias get no gradient."""
+    q, k, v = qkv((B, H), T, S, DK, DV, seed=33)
+    bias = randn(H, T, S, seed=34)
+    mask = random_mask((T, S), seed=35) if masked else None
+    results = []
+    for fn in ("ours", "torch"):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+        if fn == "ours":
+            out, _ = scaled_dot_product_attention(*leaves[:3], mask, bias=leaves[3])
+        else:
+            float_mask = leaves[3].expand(B, H, T, S)
+            if mask is not None:
+                float_mask = float_mask.masked_fill(~mask, float("-inf"))
+            out = F.scaled_dot_product_attention(*leaves[:3], attn_mask=float_mask)
+        (out * randn(*out.shape, seed=36)).sum().backward()
+        results.append([t.grad for t in leaves])
+    for name, ours, theirs in zip(["q", "k", "v", "bias"], *results, strict=True):
+        torch.testing.assert_close(ours, theirs, msg=lambda m, name=name: f"d/d{name}: {m}")
+    if masked:
+        assert (results[0][3][:, ~mask] == 0).all() and results[0][3].abs().sum() > 0
+
+
+def test_gradcheck_with_a_bias_and_a_mask():
+    q, k, v = qkv((2,), 3, 4, 2, 3, seed=37)
+    bias = randn(2, 3, 4, seed=38)
+    mask = random_mask((3, 4), seed=39)
+    inputs = tuple(t.requires_grad_() for t in (q, k, v, bias))
+
+    def fn(q, k, v, bias):
+        return scaled_dot_product_attention(q, k, v, mask, bias=bias)
+
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_the_bias_is_added_after_the_scaling():
+    """With zero queries every score is 0: the weights are softmax(bias) exactly, not
+    softmax(bias / sqrt(Dk))."""
+    _, k, v = qkv((B,), T, S, 4, DV, seed=40)
+    q = torch.zeros(B, T, 4, dtype=F64)
+    bias = randn(T, S, seed=41)
+    _, weights = scaled_dot_product_attention(q, k, v, bias=bias)
+    torch.testing.assert_close(weights, torch.softmax(bias, dim=-1).expand(B, T, S))
+
+
+def test_a_bias_constant_along_the_keys_changes_nothing_and_none_adds_nothing():
+    q, k, v = qkv((B, H), T, S, DK, DV, seed=42)
+    mask = random_mask((B, 1, T, S), seed=43)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    row_bias = 5 * randn(B, H, T, 1, seed=44)  # one number per query row: softmax ignores it
+    out_b, weights_b = scaled_dot_product_attention(q, k, v, mask, bias=row_bias)
+    torch.testing.assert_close(out_b, out)
+    torch.testing.assert_close(weights_b, weights)
+    for bias in (None, torch.zeros(T, S, dtype=F64)):
+        out_n, weights_n = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+        torch.testing.assert_close(out_n, out, rtol=0, atol=0)
+        torch.testing.assert_close(weights_n, weights, rtol=0, atol=0)
+
+
+def test_a_bias_that_does_not_fit_the_scores_is_rejected_naming_both_shapes():
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    with pytest.raises(ValueError, match=r"\(7, 2, 3, 5\).*\(2, 3, 5\)"):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(7, 2, 3, 5))
