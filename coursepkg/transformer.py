@@ -105,7 +105,9 @@ def _torch_activation(m: nn.Module) -> str:
     raise ValueError(f"from_torch supports the relu and (exact) gelu activations, got {act!r}")
 
 
-def _check_torch_layer(m: nn.Module, expected: type) -> None:
+def _from_torch(cls: type, m: nn.Module, expected: type) -> nn.Module:
+    """Build ``cls`` with the configuration of a torch layer and copy its weights: torch's
+    ``linear1`` / ``linear2`` live in ``ours.ff``, ``multihead_attn`` is ``cross_attn``."""
     if not isinstance(m, expected):
         raise ValueError(f"expected a torch.nn.{expected.__name__}, got {type(m).__name__}")
     if not m.self_attn.batch_first:
@@ -113,15 +115,11 @@ def _check_torch_layer(m: nn.Module, expected: type) -> None:
     if m.linear1.bias is None:
         raise ValueError("from_torch needs a torch layer with biases (it was built with "
                          "bias=False; the course's layers always have them)")
-
-
-def _check_width(name: str, x: Tensor, d_model: int) -> None:
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"expected {name} of shape (B, length, {d_model}), got {tuple(x.shape)}")
-
-
-def _load_from_torch(ours: nn.Module, m: nn.Module) -> None:
-    """Copy a torch layer's weights: ``linearN`` live in ``ours.ff``, the rest keep names."""
+    ours = cls(
+        m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+        dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
+        layer_norm_eps=m.norm1.eps,
+    )
     renames = {"multihead_attn.": "cross_attn.", "linear1.": "ff.linear1.",
                "linear2.": "ff.linear2."}
     state = {}
@@ -133,6 +131,12 @@ def _load_from_torch(ours: nn.Module, m: nn.Module) -> None:
     ours.to(device=m.linear1.weight.device, dtype=m.linear1.weight.dtype)
     ours.load_state_dict(state)
     ours.train(m.training)
+    return ours
+
+
+def _check_width(name: str, x: Tensor, d_model: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"expected {name} of shape (B, length, {d_model}), got {tuple(x.shape)}")
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -209,14 +213,7 @@ class TransformerEncoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
         """A layer with the weights of ``torch.nn.TransformerEncoderLayer(batch_first=True)``."""
-        _check_torch_layer(m, nn.TransformerEncoderLayer)
-        ours = cls(
-            m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-            dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
-            layer_norm_eps=m.norm1.eps,
-        )
-        _load_from_torch(ours, m)
-        return ours
+        return _from_torch(cls, m, nn.TransformerEncoderLayer)
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -305,14 +302,7 @@ class TransformerDecoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, m: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
         """A layer with the weights of ``torch.nn.TransformerDecoderLayer(batch_first=True)``."""
-        _check_torch_layer(m, nn.TransformerDecoderLayer)
-        ours = cls(
-            m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-            dropout=m.dropout.p, norm_first=m.norm_first, activation=_torch_activation(m),
-            layer_norm_eps=m.norm1.eps,
-        )
-        _load_from_torch(ours, m)
-        return ours
+        return _from_torch(cls, m, nn.TransformerDecoderLayer)
 
 
 class _SinusoidalPositions(nn.Module):
