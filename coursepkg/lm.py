@@ -249,7 +249,10 @@ def generate(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    block_size = block_size or getattr(model, "block_size", None)
+    if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
+        raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
+    if block_size is None:
+        block_size = getattr(model, "block_size", None)
     was_training = model.training
     model.eval()
     for _ in range(max_new_tokens):

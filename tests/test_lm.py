@@ -512,3 +512,10 @@ def test_a_learned_position_lm_refuses_windows_longer_than_its_block_size():
     history = train(rope, repetitive_ids(100), steps=1, batch_size=2, block_size=9, lr=1e-3,
                     progress=False)
     assert len(history.train_loss) == 1 and math.isfinite(history.train_loss[0])
+
+
+@pytest.mark.parametrize("block_size", [0, -3])
+def test_generate_rejects_a_block_size_below_one(block_size):
+    model = RNNLM(5, d_embed=4, d_hidden=6)
+    with pytest.raises(ValueError, match=rf"block_size must be >= 1 or None, got {block_size}"):
+        generate(model, torch.zeros(1, 3, dtype=torch.long), 2, block_size=block_size)
