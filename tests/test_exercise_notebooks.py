@@ -21,6 +21,8 @@ CHAPTERS = {
     "05_multihead": ("*Multi-head attention*", "equal to torch's output: True"),
     "06_positional": ("*Positional encodings*",
                       "the RoPE score depends only on the offset m - n: True"),
+    "07_transformer": ("*The full Transformer*",
+                       "the same tokens as coursepkg.lm.generate: True"),
 }
 
 

@@ -311,6 +311,60 @@ def relative_bias(table, T, S, max_distance):
 '''
 
 
+# Chapter 7: student -> (the tasks the planted mistake costs, words their feedback must hold).
+EXPECTED_07 = {
+    "ada-activation-after-the-output": ({"feed_forward"}, ["after the second layer"]),
+    "ben-forgets-the-ff-residual": (
+        {"encoder_block"}, ["the feed-forward sublayer is not", "Add the residual"]
+    ),
+    "cy-always-post-norm": ({"encoder_block"}, ["norm_first=True asks for the pre-norm block"]),
+    "dee-keys-from-the-decoder": ({"decoder_block"}, ["BOTH the keys and the values"]),
+    "eve-forgets-to-crop": (
+        {"sample"}, ["raised ValueError", "Crop the context to the last block_size tokens"]
+    ),
+    "fay-temperature-after-the-softmax": ({"sample"}, ["The temperature changes nothing"]),
+}
+
+
+# The blocks may call the chapter 5 attention they are given, and the sampler the model it is
+# given (a coursepkg.transformer.TransformerLM), but not the package's layers or sampler.
+CHAPTER_7_SHORTCUTS = '''
+import torch
+from coursepkg.lm import generate
+from coursepkg.self_attention import causal_mask
+from coursepkg.transformer import FeedForward
+
+
+def feed_forward(x, w1, b1, w2, b2, activation="relu"):
+    layer = FeedForward(x.shape[-1], w1.shape[0], activation=activation).to(x.dtype)
+    layer.load_state_dict({"linear1.weight": w1, "linear1.bias": b1,
+                           "linear2.weight": w2, "linear2.bias": b2})
+    return layer(x)
+
+
+def encoder_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
+    layer = torch.nn.TransformerEncoderLayer(x.shape[-1], self_attn.n_heads, ff[0].out_features,
+                                             dropout=0.0, batch_first=True,
+                                             norm_first=norm_first).to(x.dtype)
+    return layer(x)
+
+
+def decoder_block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
+                  memory_mask=None):  # allowed: chapter 4's causal_mask, the given modules
+    h = norm1(x)
+    x = x + self_attn(h, h, h, causal_mask(x.shape[1]))[0]
+    h = norm2(x)
+    x = x + cross_attn(h, memory, memory, memory_mask)[0]
+    return x + ff(norm3(x))
+
+
+def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
+           generator=None):
+    return generate(model, idx, max_new_tokens, temperature=temperature, top_k=top_k,
+                    generator=generator, block_size=block_size)
+'''
+
+
 EXPECTED = {
     "01_ngrams": EXPECTED_01,
     "02_rnn": EXPECTED_02,
@@ -318,6 +372,7 @@ EXPECTED = {
     "04_self_attention": EXPECTED_04,
     "05_multihead": EXPECTED_05,
     "06_positional": EXPECTED_06,
+    "07_transformer": EXPECTED_07,
 }
 
 
@@ -390,6 +445,13 @@ SHORTCUTS = {
         [("apply_rope", "reference solution of task 6.2"),
          ("relative_bias", "coursepkg.positional")],
         "sinusoidal_table",
+    ),
+    "07_transformer": (
+        CHAPTER_7_SHORTCUTS,
+        [("feed_forward", "coursepkg.transformer"),
+         ("encoder_block", "torch.nn.TransformerEncoderLayer"),
+         ("sample", "coursepkg.lm")],
+        "decoder_block",
     ),
 }
 

@@ -20,6 +20,7 @@ from coursepkg.checks import (
     ch04_self_attention,  # noqa: F401 - registers the chapter 4 tasks
     ch05_multihead,  # noqa: F401 - registers the chapter 5 tasks
     ch06_positional,  # noqa: F401 - registers the chapter 6 tasks
+    ch07_transformer,  # noqa: F401 - registers the chapter 7 tasks
 )
 from coursepkg.checks.core import (
     STATUSES,

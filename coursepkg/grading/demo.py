@@ -297,6 +297,82 @@ def perplexity(model, sentences):
 """,
         ),
     },
+    "07_transformer": {
+        "ada-activation-after-the-output": (
+            "feed_forward",
+            """def feed_forward(x, w1, b1, w2, b2, activation="relu"):
+    act = F.relu if activation == "relu" else F.gelu
+    return act(F.linear(F.linear(x, w1, b1), w2, b2))  # the activation after both layers
+""",
+        ),
+        "ben-forgets-the-ff-residual": (
+            "encoder_block",
+            """def encoder_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
+    if norm_first:
+        h = norm1(x)
+        x = x + self_attn(h, h, h, mask)[0]
+        return ff(norm2(x))  # no residual around the feed-forward network
+    x = norm1(x + self_attn(x, x, x, mask)[0])
+    return norm2(ff(x))
+""",
+        ),
+        "cy-always-post-norm": (
+            "encoder_block",
+            """def encoder_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
+    x = norm1(x + self_attn(x, x, x, mask)[0])  # norm_first is never looked at
+    return norm2(x + ff(x))
+""",
+        ),
+        "dee-keys-from-the-decoder": (
+            "decoder_block",
+            """def decoder_block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
+                  memory_mask=None):
+    T = x.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    h = norm1(x)
+    x = x + self_attn(h, h, h, causal)[0]
+    h = norm2(x)
+    x = x + cross_attn(h, h, memory, memory_mask)[0]  # keys from the decoder
+    return x + ff(norm3(x))
+""",
+        ),
+        "eve-forgets-to-crop": (
+            "sample",
+            """def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
+           generator=None):
+    for _ in range(max_new_tokens):
+        logits = model(idx)[:, -1]  # the whole sequence, never cropped to block_size
+        if temperature == 0:
+            next_token = logits.argmax(dim=-1, keepdim=True)
+        else:
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            next_token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, next_token], dim=1)
+    return idx
+""",
+        ),
+        "fay-temperature-after-the-softmax": (
+            "sample",
+            """def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
+           generator=None):
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -block_size:])[:, -1]
+        if temperature == 0:
+            next_token = logits.argmax(dim=-1, keepdim=True)
+        else:
+            if top_k is not None:
+                kth = torch.topk(logits, top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1) / temperature  # after the softmax
+            next_token = torch.multinomial(probs, 1, generator=generator)
+        idx = torch.cat([idx, next_token], dim=1)
+    return idx
+""",
+        ),
+    },
 }
 
 
