@@ -64,6 +64,16 @@ Chapter 6 (positional encodings):
 - :func:`plot_rope_pairs` and :func:`rope_explorer`: the pairs of a query and a key rotated by
   RoPE, and a widget to slide the query's position and its offset to the key and watch the
   score stay the same for a fixed offset.
+
+Chapter 7 (the full Transformer):
+
+- :func:`plot_gradients_by_layer`: every layer's gradient norm at several moments of training,
+  one panel per model (post-norm and pre-norm stacks).
+- :func:`plot_loss_against_time`: language models' training and held-out losses against the
+  training time, with baselines, to compare models whose steps cost differently.
+- :func:`next_token_distribution`, :func:`plot_sampling_distribution` and
+  :func:`sampling_explorer`: the distribution :func:`coursepkg.lm.generate` samples from after
+  a prompt, with a temperature and a top-k, and a widget to change both and read a sample.
 """
 
 from __future__ import annotations
@@ -81,6 +91,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from coursepkg.attention import attend
+from coursepkg.lm import generate
 from coursepkg.multihead import split_heads
 from coursepkg.positional import apply_rope, sinusoidal_encoding
 from coursepkg.self_attention import causal_mask, scaled_dot_product_attention
@@ -92,11 +103,13 @@ __all__ = [
     "NGramExplorer",
     "RNNStateExplorer",
     "RopeExplorer",
+    "SamplingExplorer",
     "SelfAttentionExplorer",
     "ab_attention",
     "attention_lookup_explorer",
     "markdown_table",
     "multihead_explorer",
+    "next_token_distribution",
     "next_word_distribution",
     "ngram_explorer",
     "plot_accuracy_by_length",
@@ -108,14 +121,17 @@ __all__ = [
     "plot_attention",
     "plot_attention_matrices",
     "plot_gradient_norms",
+    "plot_gradients_by_layer",
     "plot_head_maps",
     "plot_head_split",
+    "plot_loss_against_time",
     "plot_loss_curves",
     "plot_lstm_gates",
     "plot_next_word_distribution",
     "plot_perplexity_vs_n",
     "plot_position_table",
     "plot_rope_pairs",
+    "plot_sampling_distribution",
     "plot_score_spread",
     "plot_similarity_matrix",
     "plot_source_gradients",
@@ -124,6 +140,7 @@ __all__ = [
     "rnn_lm_states",
     "rnn_state_explorer",
     "rope_explorer",
+    "sampling_explorer",
     "self_attention_explorer",
     "word_vectors",
 ]
@@ -2430,3 +2447,386 @@ def rope_explorer(
     """
     return RopeExplorer(q, k, labels=labels, position=position, offset=offset, base=base,
                         d_head=d_head, max_position=max_position, seed=seed)
+
+
+# ------------------------------------------------------------- chapter 7: the full Transformer
+
+
+def plot_gradients_by_layer(
+    norms: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    title: str | None = None,
+    ylabel: str = "gradient norm (log scale)",
+) -> Figure:
+    """Each layer's gradient norm, one panel per model, one line per moment of training.
+
+    Args:
+        norms: model label -> (moment label -> one norm per layer, the first layer first),
+            e.g. ``{"post-norm": {"step 0": [...], "step 20": [...]}, "pre-norm": {...}}``.
+            A moment has the same colour in every panel. Values that are not positive cannot
+            be shown on a log axis and are left out.
+        title: the figure title.
+        ylabel: the y axis label (of the first panel).
+
+    Returns:
+        The figure, one axes per model with a shared logarithmic y axis, layers numbered
+        from 1 on the x axis, and a legend in each panel.
+
+    Raises:
+        ValueError: if there is no model, a model has no moment, or the moments of a model
+            do not all have the same number of layers.
+    """
+    if not norms:
+        raise ValueError("plot_gradients_by_layer needs at least one model")
+    moments: list[str] = []
+    for model, curves in norms.items():
+        if not curves:
+            raise ValueError(f"model {model!r} has no curve")
+        if len({len(values) for values in curves.values()}) != 1:
+            raise ValueError(f"the curves of model {model!r} do not have the same number of "
+                             "layers")
+        moments += [moment for moment in curves if moment not in moments]
+    fig = Figure(figsize=(4.2 * len(norms) + 0.6, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(norms), squeeze=False, sharey=True)[0]
+    for ax, (model, curves) in zip(axes, norms.items(), strict=True):
+        for moment, values in curves.items():
+            y = np.asarray(values, dtype=float)
+            y = np.where(y > 0, y, np.nan)
+            layers = np.arange(1, len(y) + 1)
+            ax.plot(layers, y, marker="o", markersize=3,
+                    color=f"C{moments.index(moment) % 10}", label=moment)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer (1 = next to the input)")
+        ax.set_title(model)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_loss_against_time(
+    histories: Mapping[str, Any],
+    baselines: Mapping[str, float] | None = None,
+    ax: Axes | None = None,
+    *,
+    smooth: int = 20,
+    title: str = "Training language models for the same time",
+    ylabel: str = "loss (nats per token)",
+) -> Axes:
+    """Training and held-out loss against the training time, with horizontal baselines.
+
+    Models that take steps of different cost are compared at equal time: step ``s`` of a
+    history that took ``seconds`` in ``n`` steps is drawn at ``s * seconds / n``, as if every
+    step took the same time.
+
+    Args:
+        histories: label -> a training history with ``steps``, ``train_loss``, ``val_steps``,
+            ``val_loss`` and ``seconds`` (e.g. :class:`coursepkg.lm.TrainHistory`).
+        baselines: label -> a loss drawn as a dotted horizontal line.
+        ax: the axes to draw into; a new figure is made when None.
+        smooth: the training loss is drawn faintly as measured and solid as a moving average
+            over this many steps.
+        title: the axes title.
+        ylabel: the y axis label.
+
+    Returns:
+        The axes. Per history: a faint raw line, a ``"<label>, train"`` line and, if it has
+        held-out losses, a ``"<label>, held-out"`` line with markers; one line per baseline.
+
+    Raises:
+        ValueError: if a history has no steps or no positive duration.
+    """
+    if ax is None:
+        ax = Figure(figsize=(6.5, 4.0), layout="constrained").subplots()
+    for index, (label, history) in enumerate(histories.items()):
+        steps = np.asarray(list(history.steps), dtype=float)
+        if len(steps) == 0 or not history.seconds > 0:
+            raise ValueError(f"history {label!r} needs at least one step and a positive time")
+        per_step = history.seconds / steps[-1]
+        color = f"C{index % 10}"
+        ax.plot(steps * per_step, list(history.train_loss), color=color, alpha=0.25,
+                linewidth=0.8)
+        ax.plot(steps * per_step, _moving_average(history.train_loss, smooth), color=color,
+                label=f"{label}, train")
+        if len(history.val_loss):
+            ax.plot(np.asarray(list(history.val_steps), dtype=float) * per_step,
+                    list(history.val_loss), color=color, linestyle="--", marker="o",
+                    markersize=4, label=f"{label}, held-out")
+    for index, (label, value) in enumerate((baselines or {}).items()):
+        ax.axhline(value, color=f"C{(len(histories) + index) % 10}", linestyle=":",
+                   label=f"{label}: {value:.3f}")
+    ax.set_xlabel("training time (s), each step counted at the run's mean step time")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+@torch.no_grad()
+def next_token_distribution(
+    model: torch.nn.Module,
+    ids: Sequence[int] | torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    block_size: int | None = None,
+) -> torch.Tensor:
+    """The distribution that :func:`coursepkg.lm.generate` draws the next token from.
+
+    The same steps as ``generate``: crop the context to its last ``block_size`` tokens, take
+    the logits of the last position, divide them by the temperature, keep the ``top_k``
+    largest (the others get probability 0), softmax. Temperature 0 is greedy decoding: all the
+    probability on the most likely token.
+
+    Args:
+        model: any module with ``forward(idx (B, T)) -> logits (B, T, V)``.
+        ids: (T,) the context's token ids, T >= 1.
+        temperature: divides the logits (0: greedy).
+        top_k: keep only the k most likely tokens (None: all).
+        block_size: the longest context fed to the model (default: the model's
+            ``block_size`` attribute if it has one, else the whole context).
+
+    Returns:
+        (V,) float probabilities summing to 1.
+
+    Raises:
+        ValueError: for an empty context, a negative temperature, or a top_k or block_size
+            below 1.
+    """
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if ids.dim() != 1 or ids.numel() < 1:
+        raise ValueError(f"ids must be a non-empty 1-D sequence of token ids, got shape "
+                         f"{tuple(ids.shape)}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
+        raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
+    if block_size is None:
+        block_size = getattr(model, "block_size", None)
+    context = ids if block_size is None else ids[-block_size:]
+    was_training = model.training
+    model.eval()
+    logits = model(context[None])[:, -1]  # (1, V)
+    model.train(was_training)
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits[0].argmax(), logits.shape[-1]).float()
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)[0]  # (V,)
+
+
+def _entropy(probs: np.ndarray) -> float:
+    """The entropy of a distribution, in nats."""
+    positive = probs[probs > 0]
+    return float(-(positive * np.log(positive)).sum())
+
+
+def plot_sampling_distribution(
+    chars: Sequence[str],
+    probs: Any,
+    base: Any = None,
+    ax: Axes | None = None,
+    *,
+    top: int = 20,
+    title: str | None = None,
+) -> Axes:
+    """A bar chart of a next-token distribution, over the most likely tokens.
+
+    Args:
+        chars: the V tokens (e.g. a :class:`coursepkg.data.CharTokenizer`'s ``chars``).
+        probs: (V,) the distribution sampled from (after temperature and top-k).
+        base: (V,) the model's own distribution (temperature 1, all tokens), drawn as grey
+            outlines behind ``probs``; the tokens are ordered by it. None to draw ``probs``
+            alone, ordered by itself.
+        ax: the axes to draw into; a new figure is made when None.
+        top: how many tokens to show (the most likely first).
+        title: the axes title.
+
+    Returns:
+        The axes: the ``probs`` bars first in ``ax.patches`` (then the ``base`` bars), the
+        tokens as x tick labels (newline and space shown as symbols).
+
+    Raises:
+        ValueError: if the distributions do not have one value per token, or top < 1.
+    """
+    probs = np.asarray(torch.as_tensor(probs, dtype=torch.float64).detach().cpu(), dtype=float)
+    reference = probs if base is None else np.asarray(
+        torch.as_tensor(base, dtype=torch.float64).detach().cpu(), dtype=float)
+    if probs.shape != (len(chars),) or reference.shape != (len(chars),):
+        raise ValueError(f"expected one probability per token ({len(chars)}), got shapes "
+                         f"{probs.shape} and {reference.shape}")
+    if top < 1:
+        raise ValueError(f"top must be a positive number of tokens, got {top}")
+    order = sorted(range(len(chars)), key=lambda i: (-reference[i], chars[i]))[:top]
+    if ax is None:
+        ax = Figure(figsize=(6.5, 3.6), layout="constrained").subplots()
+    x = np.arange(len(order))
+    ax.bar(x, probs[order], width=0.7, color="C0", label="sampled from")
+    if base is not None:
+        ax.bar(x, reference[order], width=0.7, fill=False, edgecolor="0.45", linewidth=1.0,
+               label="the model (temperature 1)")
+        ax.legend(fontsize=8)
+    ax.set_xticks(x, labels=[_token_label(chars[i]) for i in order])
+    ax.set_ylim(0.0, min(1.05, max(probs.max(), reference.max(), 0.01) * 1.15))
+    ax.set_xlabel(f"next token (the {len(order)} most likely)")
+    ax.set_ylabel("probability")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+class SamplingExplorer(widgets.VBox):
+    """A widget: type a prompt, set the temperature and top-k, see what the model samples.
+
+    Build it with :func:`sampling_explorer`. The figure draws the model's next-token
+    distribution after the prompt (grey outlines, temperature 1) and the distribution that
+    :func:`coursepkg.lm.generate` samples from with the chosen temperature and top-k (blue);
+    the message gives its entropy and a continuation sampled with these settings from a seeded
+    generator. The controls are public attributes (``prompt``, ``temperature``, ``top_k``,
+    ``seed``); changing any of them redraws :attr:`figure` and :attr:`image`. A top-k of 0
+    keeps every token.
+
+    Attributes:
+        figure: the matplotlib figure.
+        image: the image widget that shows ``figure``.
+        message: the settings, the entropy and the sample, as HTML.
+        summary: the settings and the entropy, as plain text ("" if the prompt cannot be read).
+        probs: (V,) the distribution sampled from, or None if the prompt cannot be read.
+        base: (V,) the model's distribution at temperature 1, or None.
+        sample: the sampled continuation (without the prompt), or "".
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        prompt: str,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        length: int = 120,
+        seed: int = 0,
+        block_size: int | None = None,
+        top: int = 20,
+    ) -> None:
+        if not 0.0 <= temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {temperature}")
+        if not 0 <= top_k <= tokenizer.vocab_size:
+            raise ValueError(f"top_k must be in 0 ... {tokenizer.vocab_size} (0: every token), "
+                             f"got {top_k}")
+        if length < 1:
+            raise ValueError(f"length must be positive, got {length}")
+        self.model, self.tokenizer = model, tokenizer
+        self.length, self.block_size, self.top = length, block_size, top
+        self.prompt = widgets.Textarea(value=prompt, description="prompt",
+                                       continuous_update=False)
+        self.temperature = widgets.FloatSlider(value=temperature, min=0.0, max=2.0, step=0.05,
+                                               description="temperature")
+        self.top_k = widgets.IntSlider(value=top_k, min=0, max=tokenizer.vocab_size,
+                                       description="top-k")
+        self.seed = widgets.BoundedIntText(value=seed, min=0, max=10**6, description="seed")
+        self.figure = Figure(figsize=(6.5, 3.6), layout="constrained")
+        self.image = widgets.Image(format="png")
+        self.message = widgets.HTML()
+        self.probs: np.ndarray | None = None
+        self.base: np.ndarray | None = None
+        self.sample = ""
+        self.summary = ""
+        for control in (self.prompt, self.temperature, self.top_k, self.seed):
+            control.observe(self._on_change, names="value")
+        super().__init__([widgets.HBox([self.temperature, self.top_k, self.seed]), self.prompt,
+                          self.image, self.message])
+        self.redraw()
+
+    def _on_change(self, _change: dict) -> None:
+        self.redraw()
+
+    def redraw(self) -> Figure:
+        """Recompute both distributions and the sample, redraw, and return the figure."""
+        self.figure.clear()
+        ax = self.figure.subplots()
+        temperature, top_k = self.temperature.value, self.top_k.value or None
+        try:
+            if not self.prompt.value:
+                raise ValueError("type at least one character")
+            ids = self.tokenizer.encode(self.prompt.value)
+        except ValueError as error:
+            self.probs, self.base, self.sample, self.summary = None, None, "", ""
+            ax.set_axis_off()
+            ax.set_title("cannot read this prompt")
+            self.message.value = f"<b>cannot read this prompt:</b> {_html_escape(str(error))}"
+            self.image.value = _figure_png(self.figure)
+            return self.figure
+        kwargs = dict(block_size=self.block_size)
+        self.base = next_token_distribution(self.model, ids, **kwargs).double().numpy()
+        self.probs = next_token_distribution(self.model, ids, temperature=temperature,
+                                             top_k=top_k, **kwargs).double().numpy()
+        generator = torch.Generator().manual_seed(self.seed.value)
+        out = generate(self.model, torch.tensor([ids]), self.length, temperature=temperature,
+                       top_k=top_k, generator=generator, block_size=self.block_size)
+        self.sample = self.tokenizer.decode(out[0, len(ids):])
+        setting = (f"temperature {temperature:g}" if temperature > 0 else "greedy (temperature 0)")
+        setting += f", top-k {top_k}" if top_k else ", every token"
+        tail = self.prompt.value[-30:].replace("\n", _token_label("\n"))
+        plot_sampling_distribution(self.tokenizer.chars, self.probs, self.base, ax,
+                                   top=self.top, title=f"after '{tail}': {setting}")
+        possible = int((self.probs > 0).sum())
+        self.summary = (f"{setting}: {possible} possible next tokens, entropy "
+                        f"{_entropy(self.probs):.2f} nats (the model's own: "
+                        f"{_entropy(self.base):.2f})")
+        self.message.value = (
+            f"{_html_escape(self.summary)}; a sample (seed {self.seed.value}):"
+            f"<pre>{_html_escape(self.prompt.value + self.sample)}</pre>"
+        )
+        self.image.value = _figure_png(self.figure)
+        return self.figure
+
+
+def sampling_explorer(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    *,
+    prompt: str,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    length: int = 120,
+    seed: int = 0,
+    block_size: int | None = None,
+    top: int = 20,
+) -> SamplingExplorer:
+    """An interactive view of temperature and top-k sampling from a trained language model.
+
+    Args:
+        model: any module with ``forward(idx (B, T)) -> logits (B, T, V)``.
+        tokenizer: turns the prompt into ids and back (``encode``, ``decode``, ``chars``,
+            ``vocab_size``), e.g. a :class:`coursepkg.data.CharTokenizer`.
+        prompt: the initial prompt.
+        temperature: the initial temperature, in [0, 2] (0: greedy).
+        top_k: the initial top-k (0: every token).
+        length: how many tokens each sample adds to the prompt.
+        seed: the initial seed of the sampling generator.
+        block_size: the longest context fed to the model (default: the model's
+            ``block_size`` attribute, as in :func:`coursepkg.lm.generate`).
+        top: how many tokens the bar chart shows.
+
+    Returns:
+        The widget; display it as the last expression of a notebook cell.
+
+    Raises:
+        ValueError: for a temperature or top-k out of range, a length below 1, or an initial
+            prompt the tokenizer cannot read.
+    """
+    if not prompt:
+        raise ValueError("the prompt needs at least one character")
+    tokenizer.encode(prompt)  # raises ValueError naming a character it cannot read
+    explorer = SamplingExplorer(model, tokenizer, prompt=prompt, temperature=temperature,
+                                top_k=top_k, length=length, seed=seed, block_size=block_size,
+                                top=top)
+    return explorer

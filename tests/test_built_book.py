@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import html
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "html"
 CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead",
-            "06_positional"]
+            "06_positional", "07_transformer"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
 
@@ -110,7 +111,12 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
                    "max_distance", "b_{h,r}", "RelativePositionBias(n_heads, max_distance).bias",
                    "\\theta_i = 10000^{-2i/d_h}", "rope_angles(positions, d_head)",
                    "R(\\alpha)^\\top R(\\beta) = R(\\beta - \\alpha)", "apply_rope(q)",
-                   "\\tilde q_m", 'pos="none" | "learned" | "sinusoidal" | "relative" | "rope"'):
+                   "\\tilde q_m", 'pos="none" | "learned" | "sinusoidal" | "relative" | "rope"',
+                   "\\operatorname{FFN}(x)", "FeedForward(d_model, d_ff)", "ff.linear1.weight",
+                   "ff.linear2.bias", "d_ff", "\\operatorname{LN}(x)", "\\gamma", "\\beta",
+                   "norm1.weight", "layer_norm_eps", "norm_first=True", "memory",
+                   "Transformer.encode(src)", "cross_attn", "\\tau", "temperature of lm.generate",
+                   "top_k of lm.generate"):
         assert needle in text, f"the notation page should contain {needle!r}"
 
 
@@ -122,6 +128,8 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
     ("05_multihead", "\\operatorname{MultiHead}(X) = [\\text{head}_1; \\dots; \\text{head}_H]\\, "
                      "W^{O\\top}"),
     ("06_positional", "= (W^Q x_m)^\\top R\\big((n - m)\\theta\\big)\\, W^K x_n"),  # RoPE's score
+    ("07_transformer", "\\operatorname{LN}(x) = \\gamma \\odot \\frac{x - \\mu}"
+                       "{\\sqrt{\\sigma^2 + \\epsilon}} + \\beta"),  # layer norm
 ])
 def test_chapter_has_typeset_math_served_locally(built, name, formula):
     source = chapter(name).read_text(encoding="utf-8")
@@ -139,7 +147,7 @@ def test_mathjax_is_shipped_with_the_book(built):
 
 @pytest.mark.parametrize("name, minimum", [("01_ngrams", 2), ("02_rnn", 6), ("03_attention", 5),
                                            ("04_self_attention", 5), ("05_multihead", 6),
-                                           ("06_positional", 7)])
+                                           ("06_positional", 7), ("07_transformer", 5)])
 def test_chapter_has_real_figures(built, name, minimum):
     page = chapter(name)
     source = page.read_text(encoding="utf-8")
@@ -170,6 +178,10 @@ SHOWN_CODE = [
     *(("06_positional", "positional.py", name) for name in
       ["LearnedPositionalEmbedding", "sinusoidal_encoding", "RelativePositionBias.offsets",
        "RelativePositionBias.forward", "rope_angles", "apply_rope"]),
+    *(("07_transformer", "transformer.py", name) for name in
+      ["FeedForward", "TransformerEncoderLayer.forward", "TransformerDecoderLayer.forward",
+       "TransformerDecoderLayer._cross_block", "Transformer.encode", "Transformer.decode",
+       "TransformerLM.forward"]),
 ]
 
 
@@ -187,7 +199,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
                                            ("03_attention", "viz.attention_lookup_explorer("),
                                            ("04_self_attention", "viz.self_attention_explorer("),
                                            ("05_multihead", "viz.multihead_explorer("),
-                                           ("06_positional", "viz.rope_explorer(")])
+                                           ("06_positional", "viz.rope_explorer("),
+                                           ("07_transformer", "viz.sampling_explorer(")])
 def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
@@ -232,6 +245,8 @@ CITED = {
     "05_multihead": {"vaswani2017", "voita2019", "michel2019", "clark2019"},
     "06_positional": {"vaswani2017", "radford2019", "shaw2018", "raffel2020", "su2021",
                       "press2022", "haviv2022", "kazemnejad2023", "chen2023"},
+    "07_transformer": {"vaswani2017", "radford2019", "ba2016", "he2016", "xiong2020",
+                       "karpathy2022nanogpt", "fan2018", "devlin2019", "raffel2020", "dao2022"},
 }
 
 
@@ -534,3 +549,119 @@ def test_positional_chapter_measures_length_generalisation(built):
                      + NUMBER + r"; bias of every offset <= -32 \(never used in training\): "
                      + NUMBER + r"\n", text)
     assert bias and float(bias[1]) > 0 > float(bias[2]) and float(bias[3]) == 0.0
+
+
+def test_transformer_chapter_builds_the_block_and_checks_it_against_torch(built):
+    source = chapter("07_transformer").read_text(encoding="utf-8")
+    for previous in ("04_self_attention", "05_multihead", "06_positional"):
+        assert f'href="{previous}.html"' in source, f"the opening points to {previous}"
+    text = page_text(chapter("07_transformer"))
+    for needle in ("the whole sequence at once equals one position at a time: True",
+                   "shuffling the positions shuffles the outputs in the same way: True",
+                   "D = 512: multi-head attention 1,050,624 parameters, feed-forward network "
+                   "(F = 4D) 2,099,712: 67% of the two",
+                   "nn.LayerNorm equals the formula: True",
+                   "a position normalised alone gets the same vector: True"):
+        assert needle in text, f"missing {needle!r}"
+    spread = re.search(r"standard deviation " + NUMBER + " to " + NUMBER + r"\n", text)
+    assert spread and float(spread[1]) == float(spread[2]) == 1.0
+    parity = re.findall(r"(post-norm|pre-norm) +(no mask|causal) +largest \|ours - torch's\|: "
+                        + NUMBER + r"\n", text)
+    assert {(variant, mask) for variant, mask, _ in parity} == {
+        (v, m) for v in ("post-norm", "pre-norm") for m in ("no mask", "causal")}
+    assert all(float(value) < 1e-12 for _, _, value in parity)
+    fused = re.search(r"largest \|plain - fused\| over the logits of a batch: " + NUMBER, text)
+    assert fused and float(fused[1]) < 1e-5
+
+
+def test_transformer_chapter_shows_why_gpt_moved_the_norm(built):
+    text = page_text(chapter("07_transformer"))
+    unigram = re.search(r"only each character's frequency: " + NUMBER + " nats/char", text)
+    runs = {name: (float(start), float(end), float(ratio)) for name, start, end, ratio in
+            re.findall(r"(post-norm|pre-norm): loss " + NUMBER + r" at step 0, " + NUMBER
+                       + r" over steps 31-40; at step 40, layer 1's gradient is " + NUMBER
+                       + r" times layer 12's", text)}
+    assert unigram and set(runs) == {"post-norm", "pre-norm"}
+    assert runs["post-norm"][0] == runs["pre-norm"][0], "the same initial weights and batch"
+    assert abs(runs["post-norm"][1] - float(unigram[1])) < 0.15, "post-norm stalls at unigram"
+    assert runs["pre-norm"][1] < runs["post-norm"][1] - 0.15, "pre-norm goes on learning"
+    assert runs["post-norm"][2] < 1e-2, "post-norm: the first block's gradient vanishes"
+    assert 0.1 < runs["pre-norm"][2] < 10, "pre-norm: every block gets a similar gradient"
+    spread = re.search(r"post-norm: standard deviation of x \+ f\(x\) entering a norm \(mean of "
+                       r"the 24\): " + NUMBER + r" at step 0, " + NUMBER + r" at step 5, " + NUMBER
+                       + r" at step 20, " + NUMBER + r" at step 40\n", text)
+    assert spread and float(spread[1]) < 1.1 < 1.3 < float(spread[4])
+
+
+def test_transformer_chapter_reverses_digits_through_cross_attention(built):
+    text = page_text(chapter("07_transformer"))
+    exact = re.search(r"exact match on 1,000 held-out sequences " + NUMBER + "; digits right "
+                      + NUMBER, text)
+    assert exact and float(exact[1]) >= 0.95 and float(exact[2]) >= float(exact[1])
+    mirror = re.search(r"largest cross-attention weight on source position 9 - t in " + NUMBER
+                       + "% of the steps", text)
+    assert mirror and float(mirror[1]) >= 95.0
+
+
+def test_transformer_chapter_closing_table_reports_what_it_measured(built):
+    source = chapter("07_transformer").read_text(encoding="utf-8")
+    tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
+    assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
+    rows = table_with(source, "held-out nats/char", "characters per second")[1:]
+    assert [row[0] for row in rows] == ["Kneser-Ney 6-gram (chapter 1)", "LSTM (chapter 2)",
+                                        "Transformer (this chapter)"]
+    found = {}
+    for name, size, seconds, seen, per_second, nats, perplexity in rows:
+        seconds, seen = float(seconds.removesuffix(" s")), int(seen.replace(",", ""))
+        assert seconds > 0 and int(per_second.replace(",", "")) == pytest.approx(
+            seen / seconds, rel=0.02)
+        assert float(perplexity) == pytest.approx(math.exp(float(nats)), abs=0.01)
+        found[name.split(" (")[0]] = (size, seen, float(nats))
+    kn6, lstm, transformer = found["Kneser-Ney 6-gram"], found["LSTM"], found["Transformer"]
+    assert kn6 == ("872,055 counts", 4_516_495, 1.457), "chapter 2's 6-gram, refitted"
+    assert lstm[:2] == ("206,100", 100 * 32 * 64) and transformer[:2] == ("110,932", 300 * 16 * 64)
+    # what the prose says: the n-gram model wins, the Transformer beats the LSTM
+    assert kn6[2] < transformer[2] < lstm[2]
+
+    text = page_text(chapter("07_transformer"))
+    for name, (size, seen, nats) in (("LSTM", lstm), ("Transformer", transformer)):
+        assert f"{name}: {nats:.3f} nats/char; {size} parameters, trained on {seen:,} characters" \
+            in text
+    gaps = re.search(r"the Transformer's loss is " + NUMBER + r" nats/char below the LSTM's and "
+                     + NUMBER + r" above the 6-gram's", text)
+    assert gaps and float(gaps[1]) == pytest.approx(lstm[2] - transformer[2], abs=1.5e-3)
+    assert float(gaps[2]) == pytest.approx(transformer[2] - kn6[2], abs=1.5e-3)
+    assert float(gaps[2]) > 0.5, "the prose says: by more than half a nat"
+    compute = re.search(r"our Transformer: 307,200 characters, about \S+, ([\d,]+) times fewer",
+                        text)
+    assert compute and float(compute[1].replace(",", "")) > 1e4, "four orders of magnitude"
+    for temperature in ("0.0", "0.5", "1.0"):
+        assert f"--- temperature {temperature}\nKING HENRY.\nWhat " in text
+
+
+def test_transformer_chapter_times_both_models_and_samples_with_the_widget(built):
+    text = page_text(chapter("07_transformer"))
+    rows = re.findall(r"^ *(\d+) +(\d+) +([\d,]+) chars/s +([\d,]+) chars/s$", text,
+                      flags=re.MULTILINE)
+    assert [(int(T), int(windows)) for T, windows, _, _ in rows] == [
+        (16, 128), (64, 32), (256, 8), (1024, 2)], "2,048 characters per step at every length"
+    assert all(int(a.replace(",", "")) > 0 and int(b.replace(",", "")) > 0 for *_, a, b in rows)
+    summary = re.search(r"temperature 0\.7, top-k 5: (\d+) possible next tokens, entropy "
+                        + NUMBER + r" nats \(the model's own: " + NUMBER + r"\)\n", text)
+    assert summary and int(summary[1]) == 5 and float(summary[2]) < float(summary[3])
+    outside = re.search(r"the characters outside the 5 most likely have (\d+)% of the probability",
+                        text)
+    assert outside and 0 < int(outside[1]) < 100
+    assert "KING HENRY.\nWhat shall " in text
+
+
+def test_transformer_chapter_describes_the_exercise_tasks():
+    from coursepkg.checks import tasks_for
+
+    markdown = (ROOT / "book" / "07_transformer.md").read_text(encoding="utf-8")
+    exercises = markdown[markdown.index("## Exercises"):]
+    assert "exercises/07_transformer.ipynb" in exercises
+    tasks = tasks_for("07_transformer")
+    assert len(tasks) == 4
+    for task in tasks:
+        assert f"**Task {task.id}," in exercises and f"`{task.func_name}(" in exercises

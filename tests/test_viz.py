@@ -1113,3 +1113,234 @@ def test_rope_explorer_uses_given_vectors_and_labels_and_rejects_bad_starting_va
         viz.rope_explorer(position=2, offset=3)
     with pytest.raises(ValueError, match="0 <= offset <= position <= max_position"):
         viz.rope_explorer(position=70, max_position=63)
+
+
+# ------------------------------------------------------------------------ chapter 7
+
+from types import SimpleNamespace  # noqa: E402
+
+from coursepkg import lm  # noqa: E402
+
+
+def test_plot_gradients_by_layer_draws_a_panel_per_model_and_a_colour_per_moment():
+    norms = {"post-norm": {"step 0": [1.0, 0.5, 0.25], "step 5": [1e-3, 0.0, 1.0]},
+             "pre-norm": {"step 5": [2.0, 2.0, 2.0], "step 0": [1.0, 1.0, 1.0]}}
+    fig = viz.plot_gradients_by_layer(norms, title="depth")
+    post, pre = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == ["post-norm", "pre-norm"]
+    assert all(ax.get_yscale() == "log" for ax in fig.axes)
+    assert post.get_shared_y_axes().joined(post, pre)
+    first, fifth = post.lines
+    assert list(first.get_xdata()) == [1, 2, 3] and list(first.get_ydata()) == [1.0, 0.5, 0.25]
+    assert np.array_equal(fifth.get_ydata(), [1e-3, np.nan, 1.0], equal_nan=True)  # 0: left out
+    colours = {ax.get_title(): {line.get_label(): line.get_color() for line in ax.lines}
+               for ax in fig.axes}
+    assert colours["post-norm"] == colours["pre-norm"]  # a moment keeps its colour
+    assert colours["post-norm"]["step 0"] != colours["post-norm"]["step 5"]
+    assert [t.get_text() for t in pre.get_legend().get_texts()] == ["step 5", "step 0"]
+    assert post.get_ylabel() == "gradient norm (log scale)" and pre.get_ylabel() == ""
+    assert fig._suptitle.get_text() == "depth"
+
+
+def test_plot_gradients_by_layer_checks_its_input():
+    with pytest.raises(ValueError, match="at least one model"):
+        viz.plot_gradients_by_layer({})
+    with pytest.raises(ValueError, match="model 'a' has no curve"):
+        viz.plot_gradients_by_layer({"a": {}})
+    with pytest.raises(ValueError, match="do not have the same number of layers"):
+        viz.plot_gradients_by_layer({"a": {"step 0": [1.0], "step 1": [1.0, 2.0]}})
+
+
+def _history(steps, seconds, val_steps=(), val_loss=()):
+    return SimpleNamespace(steps=list(steps), train_loss=[3.0 - 0.1 * s for s in steps],
+                           val_steps=list(val_steps), val_loss=list(val_loss), seconds=seconds)
+
+
+def test_plot_loss_against_time_draws_each_step_at_its_share_of_the_time():
+    slow = _history([1, 2, 3, 4], 8.0, val_steps=[2, 4], val_loss=[2.9, 2.7])
+    fast = _history(range(1, 11), 5.0)
+    ax = viz.plot_loss_against_time({"slow": slow, "fast": fast}, {"counts": 1.5}, smooth=1,
+                                    title="same time")
+    raw, train, held_out, fast_raw, fast_train, baseline = ax.lines
+    assert list(raw.get_xdata()) == [2.0, 4.0, 6.0, 8.0]
+    assert list(train.get_ydata()) == pytest.approx(slow.train_loss)
+    assert list(held_out.get_xdata()) == [4.0, 8.0] and list(held_out.get_ydata()) == [2.9, 2.7]
+    assert list(fast_train.get_xdata()) == pytest.approx([0.5 * s for s in range(1, 11)])
+    assert list(baseline.get_ydata()) == [1.5, 1.5]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "slow, train", "slow, held-out", "fast, train", "counts: 1.500"]
+    assert ax.get_xlabel().startswith("training time (s)") and ax.get_title() == "same time"
+    assert len(viz.plot_loss_against_time({"h": TrainHistory([1], [2.0], seconds=1.0)}).lines) == 2
+
+
+def test_plot_loss_against_time_needs_steps_and_a_duration():
+    with pytest.raises(ValueError, match="history 'h' needs at least one step"):
+        viz.plot_loss_against_time({"h": _history([1, 2], 0.0)})
+    with pytest.raises(ValueError, match="history 'h' needs at least one step"):
+        viz.plot_loss_against_time({"h": _history([], 1.0)})
+
+
+class BigramModel(torch.nn.Module):
+    """A stand-in language model: the next token's logits depend on the last token only. It
+    records the length of every context it is given."""
+
+    def __init__(self, table, block_size=None):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.as_tensor(table, dtype=torch.float32))  # (V, V)
+        if block_size is not None:
+            self.block_size = block_size
+        self.lengths = []
+
+    def forward(self, idx):
+        self.lengths.append(idx.shape[1])
+        return self.table[idx]  # (B, T, V)
+
+
+TABLE = [[0.5, 2.0, -1.0, 1.0], [1.5, 0.0, 1.0, -0.5], [0.0, 0.3, 0.6, 0.9],
+         [2.5, -2.0, 0.5, 0.0]]
+
+
+def test_next_token_distribution_applies_temperature_top_k_and_the_crop():
+    model = BigramModel(TABLE, block_size=3)
+    logits = torch.tensor(TABLE[1])  # the context ends with token 1
+    ids = [0, 2, 3, 1]
+    dist = viz.next_token_distribution(model, ids)
+    assert torch.allclose(dist, logits.softmax(-1)) and model.lengths[-1] == 3  # cropped
+    assert torch.allclose(viz.next_token_distribution(model, ids, temperature=0.5),
+                          (logits / 0.5).softmax(-1))
+    top2 = viz.next_token_distribution(model, ids, temperature=2.0, top_k=2)
+    kept = (logits[[0, 2]] / 2.0).softmax(-1)  # 1.5 and 1.0 are the two largest
+    assert torch.allclose(top2, torch.tensor([kept[0], 0.0, kept[1], 0.0]))
+    assert viz.next_token_distribution(model, ids, temperature=0.0).tolist() == [1, 0, 0, 0]
+    assert viz.next_token_distribution(model, ids, top_k=99).sum() == pytest.approx(1.0)
+    viz.next_token_distribution(model, ids, block_size=2)
+    assert model.lengths[-1] == 2
+    uncropped = BigramModel(TABLE)
+    viz.next_token_distribution(uncropped, ids)
+    assert uncropped.lengths == [4] and uncropped.training  # its mode is restored
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        viz.next_token_distribution(model, [])
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        viz.next_token_distribution(model, ids, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_k must be >= 1 or None"):
+        viz.next_token_distribution(model, ids, top_k=0)
+    with pytest.raises(ValueError, match="block_size must be >= 1 or None"):
+        viz.next_token_distribution(model, ids, block_size=0)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 3), (1.6, 2), (0.0, None)])
+def test_next_token_distribution_is_what_generate_draws_from(temperature, top_k):
+    model = BigramModel(TABLE, block_size=2)
+    ids = torch.tensor([3, 0, 2])
+    dist = viz.next_token_distribution(model, ids, temperature=temperature, top_k=top_k)
+    for seed in range(8):
+        drawn = lm.generate(model, ids[None], 1, temperature=temperature, top_k=top_k,
+                            generator=torch.Generator().manual_seed(seed))[0, -1]
+        ours = torch.multinomial(dist[None], 1, generator=torch.Generator().manual_seed(seed))
+        assert drawn.item() == ours.item()
+
+
+def test_plot_sampling_distribution_orders_by_the_model_and_draws_both():
+    chars = ["a", "b", "\n", " "]
+    base, probs = [0.1, 0.4, 0.2, 0.3], [0.0, 0.6, 0.0, 0.4]
+    ax = viz.plot_sampling_distribution(chars, probs, base, title="after 'x'")
+    heights = [patch.get_height() for patch in ax.patches]
+    assert heights[:4] == pytest.approx([0.6, 0.4, 0.0, 0.0])  # b, space, newline, a
+    assert heights[4:] == pytest.approx([0.4, 0.3, 0.2, 0.1])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["b", "\u2423", "\u23ce", "a"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "sampled from", "the model (temperature 1)"]
+    assert ax.get_title() == "after 'x'" and "the 4 most likely" in ax.get_xlabel()
+    alone = viz.plot_sampling_distribution(chars, torch.tensor(base), top=2)
+    assert [patch.get_height() for patch in alone.patches] == pytest.approx([0.4, 0.3])
+    assert alone.get_legend() is None
+
+
+def test_plot_sampling_distribution_checks_its_input():
+    with pytest.raises(ValueError, match="one probability per token"):
+        viz.plot_sampling_distribution(["a", "b"], [1.0])
+    with pytest.raises(ValueError, match="one probability per token"):
+        viz.plot_sampling_distribution(["a", "b"], [0.5, 0.5], [1.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="top must be a positive"):
+        viz.plot_sampling_distribution(["a"], [1.0], top=0)
+
+
+def _explorer(**kwargs):
+    tokenizer = CharTokenizer("ab<\n")  # ids: "\n" 0, "<" 1, "a" 2, "b" 3
+    model = BigramModel(TABLE, block_size=2)
+    options = dict(prompt="ab", length=12, seed=3)
+    options.update(kwargs)
+    return viz.sampling_explorer(model, tokenizer, **options), model, tokenizer
+
+
+def _expected_sample(model, tokenizer, prompt, temperature, top_k, seed, length=12):
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    out = lm.generate(model, ids, length, temperature=temperature, top_k=top_k,
+                      generator=torch.Generator().manual_seed(seed))
+    return tokenizer.decode(out[0, ids.shape[1]:])
+
+
+def test_sampling_explorer_shows_both_distributions_and_a_seeded_sample():
+    explorer, model, tokenizer = _explorer()
+    assert (explorer.temperature.value, explorer.top_k.value, explorer.seed.value) == (1.0, 0, 3)
+    assert explorer.top_k.max == 4
+    expected = torch.tensor(TABLE[3]).softmax(-1).double().numpy()  # after "b", id 3
+    assert np.allclose(explorer.base, expected) and np.allclose(explorer.probs, expected)
+    assert explorer.sample == _expected_sample(model, tokenizer, "ab", 1.0, None, 3)
+    assert len(explorer.sample) == 12
+    entropy = -(expected * np.log(expected)).sum()
+    assert explorer.summary == (f"temperature 1, every token: 4 possible next tokens, entropy "
+                                f"{entropy:.2f} nats (the model's own: {entropy:.2f})")
+    assert explorer.message.value.startswith(explorer.summary + "; a sample (seed 3):<pre>ab")
+    assert bytes(explorer.image.value).startswith(b"\x89PNG")
+    (ax,) = explorer.figure.axes
+    assert ax.get_title() == "after 'ab': temperature 1, every token"
+    assert len(ax.patches) == 8  # the sampled distribution and the model's, 4 tokens each
+
+
+def test_sampling_explorer_redraws_when_each_control_changes():
+    explorer, model, tokenizer = _explorer()
+    before = bytes(explorer.image.value)
+    explorer.top_k.value = 2
+    assert int((explorer.probs > 0).sum()) == 2
+    assert explorer.summary.startswith("temperature 1, top-k 2: 2 possible next tokens")
+    assert explorer.sample == _expected_sample(model, tokenizer, "ab", 1.0, 2, 3)
+    assert bytes(explorer.image.value) != before
+    explorer.temperature.value = 0.0
+    assert explorer.probs.tolist() == [1.0, 0.0, 0.0, 0.0]  # after "b": "\n" is the argmax
+    assert explorer.summary.startswith("greedy (temperature 0), top-k 2: 1 possible")
+    assert explorer.sample == _expected_sample(model, tokenizer, "ab", 0.0, 2, 3)
+    explorer.temperature.value = 0.5
+    explorer.seed.value = 11
+    assert explorer.sample == _expected_sample(model, tokenizer, "ab", 0.5, 2, 11)
+    explorer.prompt.value = "ba"
+    assert np.allclose(explorer.base, torch.tensor(TABLE[2]).softmax(-1).numpy())
+    assert explorer.sample == _expected_sample(model, tokenizer, "ba", 0.5, 2, 11)
+    assert len(explorer.figure.axes) == 1  # redraw replaces the panel, never stacks them
+
+
+def test_sampling_explorer_reports_prompts_it_cannot_read_and_escapes_markup():
+    explorer, model, tokenizer = _explorer(prompt="a<")
+    assert "<pre>a&lt;" in explorer.message.value
+    explorer.prompt.value = "az"
+    assert explorer.probs is None and explorer.base is None
+    assert explorer.sample == "" and explorer.summary == ""
+    assert explorer.figure.axes[0].get_title() == "cannot read this prompt"
+    assert explorer.message.value.startswith("<b>cannot read this prompt:</b> character 'z'")
+    explorer.prompt.value = ""
+    assert explorer.message.value.endswith("type at least one character")
+    explorer.prompt.value = "b"
+    assert explorer.probs is not None and explorer.figure.axes[0].get_title().startswith("after")
+
+
+def test_sampling_explorer_rejects_bad_starting_values():
+    with pytest.raises(ValueError, match=r"temperature must be in \[0, 2\]"):
+        _explorer(temperature=2.5)
+    with pytest.raises(ValueError, match=r"top_k must be in 0 \.\.\. 4"):
+        _explorer(top_k=5)
+    with pytest.raises(ValueError, match="length must be positive"):
+        _explorer(length=0)
+    with pytest.raises(ValueError, match="at least one character"):
+        _explorer(prompt="")
+    with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
+        _explorer(prompt="abc")
