@@ -6,24 +6,26 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
+WEB    := $(VENV)/share/course-web/installed.txt
 PORT   ?= 8000
 
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv book test lint unit nbval book-check exercises solutions grade-demo serve clean distclean lock
+.PHONY: help venv browser book test lint unit nbval book-check exercises solutions grade-demo serve clean distclean lock
 
 help:
 	@echo "make book       build the rendered book into _build/html (creates .venv on first use)"
-	@echo "make test       run every test: lint, unit, nbval, book build and checks of the built book"
+	@echo "make test       run every test: lint, unit, nbval, book build, checks of the built book and"
+	@echo "                a headless Chromium over every page (installs Debian's chromium if missing)"
 	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
 	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
 	@echo "make clean      remove _build; make distclean also removes .venv"
 
-venv: $(STAMP)
+venv: $(STAMP) $(WEB)
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; run make PYTHON=python3.11 ...")'
@@ -34,7 +36,19 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-book: $(STAMP)
+# The widget manager the rendered pages load from _static/ (pinned npm tarballs, hash-checked).
+$(WEB): book/_ext/offline_web.py $(STAMP)
+	$(PY) book/_ext/offline_web.py install $(VENV)/share/course-web
+
+# Debian's Chromium for the browser test of the built book (tests/test_browser.py).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
+	  else echo "The browser test needs Chromium: run 'sudo apt-get install chromium' (Debian/Ubuntu)."; exit 1; fi
+
+book: $(STAMP) $(WEB)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "The book is in _build/html/index.html (make serve to browse it)."
 
@@ -42,14 +56,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check coursepkg tests benchmarks book
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py
+	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py --ignore=tests/test_browser.py
 
 nbval: $(STAMP)
 	$(BIN)/pytest -q -p no:randomly --nbval solutions --nbval-sanitize-with tests/nbval_sanitize.cfg
 	$(BIN)/pytest -q --nbval-lax exercises
 
-book-check: $(STAMP)
-	$(BIN)/pytest -q tests/test_built_book.py
+book-check: $(STAMP) browser
+	$(BIN)/pytest -q tests/test_built_book.py tests/test_browser.py
 
 test: lint unit nbval book book-check
 

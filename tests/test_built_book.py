@@ -201,13 +201,19 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
                                            ("05_multihead", "viz.multihead_explorer("),
                                            ("06_positional", "viz.rope_explorer("),
                                            ("07_transformer", "viz.sampling_explorer(")])
-def test_the_widget_code_is_shown_and_its_static_picture_follows(built, name, factory):
+def test_the_widget_is_saved_in_the_page_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
     assert "explorer.figure" in text
     assert text.index(factory) < text.index("explorer.figure")
     source = chapter(name).read_text(encoding="utf-8")
-    assert "widget-view+json" not in source, "the widget output should be removed (remove-output)"
+    assert "application/vnd.jupyter.widget-state+json" in source, "no saved widget state"
+    view = source.find("application/vnd.jupyter.widget-view+json")
+    assert view >= 0, "the widget's output is not in the page"
+    fallback = source.find("tag_widget-fallback", view)
+    assert fallback >= 0, "the widget needs a static picture after it (tagged widget-fallback)"
+    end = source.find("</section>", fallback)
+    assert "<img" in source[fallback:end], "the widget's static picture has no image"
 
 
 def test_no_page_loads_anything_from_the_internet(built):

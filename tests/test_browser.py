@@ -1,0 +1,190 @@
+"""The built book in a real browser: headless Chromium over every page, served from localhost.
+
+Run after ``make book`` (``make book-check`` runs it). Needs Debian's ``chromium`` (``make
+browser`` installs it) and the ``playwright`` package of the lock, which drives the system
+Chromium and never downloads a browser of its own. Set ``COURSE_CHROMIUM`` to use another
+Chromium binary.
+
+For each page: no request fails, none goes to another host, the console logs no error, MathJax
+has typeset every formula, every image has loaded, and a page with a saved widget shows it
+rendered (its plain-image copy, shown without JavaScript, hidden). The search page finds
+"attention". A screenshot of each page is saved in
+``_build/browser/`` for people to look at.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "browser"
+PAGES = sorted(
+    p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+    if not p.relative_to(HTML).parts[0].startswith("_") and p.name != "index.html"
+) if HTML.is_dir() else []  # index.html only redirects (test_index_opens_the_preface)
+# Flags for a closed network: without them Chromium keeps trying to reach Google's services.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--disable-default-apps"]
+
+pytestmark = pytest.mark.skipif(not PAGES, reason="no built book: run 'make book' first")
+
+
+def _chromium() -> str:
+    for candidate in (os.environ.get("COURSE_CHROMIUM"), "chromium", "chromium-browser"):
+        if candidate and (found := shutil.which(candidate)):
+            return found
+    pytest.fail("no Chromium found: install Debian's package with 'make browser' (or "
+                "'apt-get install chromium'), or set COURSE_CHROMIUM to a Chromium binary",
+                pytrace=False)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+class PageVisit:
+    """Everything a page did while it loaded: requests, failures, console errors."""
+
+    def __init__(self, browser, site: str, path: str) -> None:
+        self.site_host = urlparse(site).netloc
+        self.requests: list[str] = []
+        self.foreign: list[str] = []
+        self.failed: list[str] = []
+        self.errors: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.context.route("**/*", self._route)
+        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
+        self.page.on("response", self._response)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.goto(f"{site}/{path}", wait_until="load")
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        self.requests.append(url)
+        if urlparse(url).scheme in ("data", "blob") or urlparse(url).netloc == self.site_host:
+            route.continue_()
+        else:  # the book must not need any other host: record it and never reach it
+            self.foreign.append(url)
+            route.abort()
+
+    def _response(self, response) -> None:
+        if response.status >= 400:
+            self.failed.append(f"{response.url} (HTTP {response.status})")
+
+    def _console(self, message) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, site):
+    visits = []
+
+    def open_page(path: str) -> PageVisit:
+        visits.append(PageVisit(browser, site, path))
+        return visits[-1]
+
+    yield open_page
+    for v in visits:
+        v.close()
+
+
+UNTYPESET_MATH = """() => [...document.querySelectorAll('.math')]
+    .filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"""
+BROKEN_IMAGES = """() => [...document.images]
+    .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'))"""
+WIDGET_VIEWS = """() => ({
+    saved: document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')
+        .length,
+    rendered: document.querySelectorAll('.jupyter-widgets.widget-container, .widget-vbox')
+        .length,
+    images: [...document.querySelectorAll('.widget-image')]
+        .filter(i => i.complete && i.naturalWidth > 0).length})"""
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_loads_everything_from_the_book_and_renders(visit, path):
+    v = visit(path)
+    page = v.page
+    if page.evaluate("() => document.querySelector('.math') !== null"):
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup"
+                               ".promise", timeout=20_000)
+        page.evaluate("() => MathJax.startup.promise")
+        assert page.evaluate(UNTYPESET_MATH) == [], "MathJax left formulas untypeset"
+    has_widgets = "application/vnd.jupyter.widget-view+json" in (HTML / path).read_text(
+        encoding="utf-8")
+    if has_widgets:
+        page.wait_for_function(f"() => ({WIDGET_VIEWS})().images > 0", timeout=20_000)
+        views = page.evaluate(WIDGET_VIEWS)
+        assert views["rendered"] >= 1 and views["images"] >= 1, views
+        # the plain-image copy of the demo is hidden once the widget shows
+        page.wait_for_function("() => [...document.querySelectorAll('.tag_widget-fallback')]"
+                               ".every(e => e.offsetParent === null)", timeout=10_000)
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BROKEN_IMAGES) == [], "images that did not load"
+    assert v.foreign == [], "requests to another host"
+    assert v.failed == [], "failed requests"
+    assert v.errors == [], "console errors:\n" + "\n".join(v.errors)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SHOTS / (path.replace("/", "_").removesuffix(".html") + ".png"))
+    if has_widgets:
+        page.locator(".widget-vbox").first.screenshot(
+            path=SHOTS / (path.replace("/", "_").removesuffix(".html") + "_widget.png"))
+
+
+def test_every_chapter_with_a_widget_demo_saved_it_in_the_page():
+    chapters = [p for p in PAGES if p.startswith("book/0")]
+    assert chapters, "no chapter pages in the build"
+    missing = [p for p in chapters if "application/vnd.jupyter.widget-state+json" not in
+               (HTML / p).read_text(encoding="utf-8")]
+    assert missing == [], "chapters without saved widget state"
+
+
+def test_index_opens_the_preface(visit):
+    v = visit("index.html")
+    v.page.wait_for_url("**/book/preface.html", timeout=20_000)
+    assert v.foreign == [] and v.failed == [] and v.errors == []
+
+
+def test_search_finds_attention(visit):
+    v = visit("search.html?q=attention")
+    v.page.wait_for_selector("#search-results ul.search li", timeout=20_000)
+    titles = v.page.locator("#search-results ul.search li a").all_inner_texts()
+    assert any("attention" in t.lower() for t in titles), titles
+    assert v.foreign == [] and v.failed == [] and v.errors == []
