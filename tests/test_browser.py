@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 import pytest
 
@@ -166,6 +167,18 @@ def test_page_loads_everything_from_the_book_and_renders(visit, path):
     if has_widgets:
         page.locator(".widget-vbox").first.screenshot(
             path=SHOTS / (path.replace("/", "_").removesuffix(".html") + "_widget.png"))
+
+
+def test_every_chapter_offers_its_executed_notebook_for_download(visit):
+    for path in [p for p in PAGES if p.startswith("book/0")]:
+        v = visit(path)
+        link = v.page.locator(".dropdown-download-buttons a[href$='.ipynb']")
+        assert link.count() == 1, f"{path}: no .ipynb in the download menu"
+        response = v.page.request.get(urljoin(v.page.url, link.get_attribute("href")))
+        assert response.status == 200, path
+        notebook = json.loads(response.body())
+        outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+        assert notebook["nbformat"] == 4 and outputs, f"{path}: the notebook has no outputs"
 
 
 def test_every_chapter_with_a_widget_demo_saved_it_in_the_page():

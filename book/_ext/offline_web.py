@@ -10,7 +10,9 @@ This file does two jobs:
 * as a Sphinx extension (``sphinx.local_extensions`` in ``_config.yml``), it copies DEST into
   the build's ``_static/`` and points myst-nb's widget loader at that copy, so a page with
   widgets loads ``_static/widgets/embed.js`` (the standard-controls embedder, which needs no
-  require.js) and its fonts from the same folder.
+  require.js) and its fonts from the same folder. It also hides each widget's static fallback
+  picture once the widget has rendered, and offers every executed chapter as an ``.ipynb`` in
+  the page's download menu.
 
 The assets folder defaults to ``.venv/share/course-web`` next to the book; set
 ``COURSE_WEB_ASSETS`` to use another one.
@@ -153,6 +155,28 @@ HIDE_FALLBACKS = """document.addEventListener("DOMContentLoaded", function () {
 });"""
 
 
+def _offer_notebook(app, pagename, templatename, context, doctree) -> None:  # noqa: ANN001
+    """Put each chapter's notebook, with the outputs of the book's execution, beside its
+    source, for the theme's download menu."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    build = Path(app.outdir).parent
+    converted = build / "jupyter_execute" / f"{pagename}.ipynb"  # myst-nb's copy, no outputs
+    if not converted.is_file():
+        return
+    notebook = nbformat.read(converted, as_version=4)
+    if (build / ".jupyter_cache").is_dir():
+        try:  # the executed cells and widget state from the execution cache
+            _, notebook = get_cache(build / ".jupyter_cache").merge_match_into_notebook(notebook)
+        except KeyError:  # not executed through the cache: offer it without outputs
+            pass
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
 def _theme_mode(app, config) -> None:  # noqa: ANN001 - Sphinx's callback signature
     # Without a default the theme starts with an empty mode and logs a console error.
     config.html_context = {"default_mode": "light", **config.html_context}
@@ -161,6 +185,7 @@ def _theme_mode(app, config) -> None:  # noqa: ANN001 - Sphinx's callback signat
 def setup(app):  # noqa: ANN001, ANN201 - Sphinx's extension entry point
     app.connect("config-inited", _add_static)
     app.connect("config-inited", _theme_mode)
+    app.connect("html-page-context", _offer_notebook, priority=100)  # before the theme's
     app.add_js_file(None, body=MATHJAX_HUB_SHIM, priority=100)
     app.add_js_file(None, body=HIDE_FALLBACKS)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
