@@ -2728,7 +2728,8 @@ class SamplingExplorer(widgets.VBox):
         self.prompt = widgets.Textarea(value=prompt, description="prompt",
                                        continuous_update=False)
         self.temperature = widgets.FloatSlider(value=temperature, min=0.0, max=2.0, step=0.05,
-                                               description="temperature")
+                                               description="temperature",
+                                               style={"description_width": "initial"})
         self.top_k = widgets.IntSlider(value=top_k, min=0, max=tokenizer.vocab_size,
                                        description="top-k")
         self.seed = widgets.BoundedIntText(value=seed, min=0, max=10**6, description="seed")
