@@ -6,7 +6,8 @@ Chromium and never downloads a browser of its own. Set ``COURSE_CHROMIUM`` to us
 Chromium binary.
 
 For each page: no request fails, none goes to another host, the console logs no error, MathJax
-has typeset every formula, every image has loaded, and a page with a saved widget shows it
+has typeset every formula, every image has loaded and every visible figure has an alt
+text that describes it (not a file name), and a page with a saved widget shows it
 rendered (its plain-image copy, shown without JavaScript, hidden). The search page finds
 "attention". A screenshot of each page is saved in
 ``_build/browser/`` for people to look at.
@@ -130,6 +131,15 @@ UNTYPESET_MATH = """() => [...document.querySelectorAll('.math')]
     .filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"""
 BROKEN_IMAGES = """() => [...document.images]
     .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'))"""
+# Visible images whose alt text is missing, a file name or too short to describe anything (a
+# widget's own image is exempt: the widget's controls and message describe it).
+IMAGES_WITHOUT_ALT = """() => [...document.images]
+    .filter(i => i.offsetParent !== null && !i.closest('.jupyter-widgets, .widget-image'))
+    .filter(i => {
+        const alt = (i.getAttribute('alt') || '').trim();
+        return alt.split(/\\s+/).length < 8 || alt === i.getAttribute('src')
+            || /\\.(png|svg|jpe?g|gif)$|_images\\//i.test(alt); })
+    .map(i => (i.getAttribute('src') || '').slice(0, 60))"""
 WIDGET_VIEWS = """() => ({
     saved: document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')
         .length,
@@ -159,6 +169,7 @@ def test_page_loads_everything_from_the_book_and_renders(visit, path):
                                ".every(e => e.offsetParent === null)", timeout=10_000)
     page.wait_for_load_state("networkidle")
     assert page.evaluate(BROKEN_IMAGES) == [], "images that did not load"
+    assert page.evaluate(IMAGES_WITHOUT_ALT) == [], "images without a describing alt text"
     assert v.foreign == [], "requests to another host"
     assert v.failed == [], "failed requests"
     assert v.errors == [], "console errors:\n" + "\n".join(v.errors)

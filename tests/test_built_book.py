@@ -240,6 +240,92 @@ def test_local_scripts_and_stylesheets_exist(built):
     assert not missing, "missing local assets:\n" + "\n".join(missing)
 
 
+def article_html(path: Path) -> str:
+    """The HTML of a page's article, without scripts (widget state) and styles."""
+    source = path.read_text(encoding="utf-8")
+    start, end = source.find("<article"), source.find("</article>")
+    assert 0 <= start < end, f"{path.name} has no article"
+    return re.sub(r"<(script|style)\b.*?</\1>", "", source[start:end], flags=re.DOTALL)
+
+
+def items(fragment: str) -> list[str]:
+    """The visible text of each list item of an HTML fragment."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", item)).strip()
+            for item in re.findall(r"<li\b.*?</li>", fragment, flags=re.DOTALL)]
+
+
+def section(source: str, section_id: str) -> str:
+    """The HTML of the section with this id (a section without subsections)."""
+    found = re.search(rf'<section id="{section_id}">(.*?)</section>', source, flags=re.DOTALL)
+    assert found, f"no section with id {section_id!r}"
+    return found[1]
+
+
+@pytest.mark.parametrize("index, name", list(enumerate(CHAPTERS)))
+def test_chapter_opens_with_learning_goals_and_closes_with_a_summary_and_what_comes_next(
+        built, index, name):
+    source = article_html(chapter(name))
+    goals = re.search(r'<div class="tip admonition">\s*<p class="admonition-title">Learning goals'
+                      r'</p>(.*?)</div>', source, flags=re.DOTALL)
+    assert goals, "the chapter should open with a 'Learning goals' admonition"
+    assert 3 <= len(items(goals[1])) <= 5, items(goals[1])
+    assert goals.start() < source.index("<h2"), "the goals come before the first section"
+
+    summary = section(source, "summary")
+    assert 4 <= len(items(summary)) <= 6, items(summary)
+    assert all(len(item.split()) >= 8 for item in items(summary)), "a summary states results"
+    assert any(re.search(r"\d\.\d", item) for item in items(summary)), "with measured numbers"
+    following = section(source, "what-s-next")
+    target = f"{CHAPTERS[index + 1]}.html" if index + 1 < len(CHAPTERS) else "references.html"
+    assert f'href="{target}' in following, f"what's next should link to {target}"
+    exercises = source.index('<section id="exercises">')
+    assert source.index('<section id="summary">') < source.index('<section id="what-s-next">')
+    assert source.index('<section id="what-s-next">') < exercises, "both come before Exercises"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_figure_of_a_chapter_has_an_alt_text(built, name):
+    images = re.findall(r"<img\b[^>]*>", article_html(chapter(name)))
+    assert images, f"{name} shows no figure"
+    for image in images:
+        alt = re.search(r'\balt="([^"]*)"', image)
+        assert alt, f"an image without alt text: {image[:120]}"
+        text = html.unescape(alt[1]).strip()
+        src = re.search(r'\bsrc="([^"]*)"', image)[1]
+        assert text != src and not re.search(r"\.(png|svg|jpe?g|gif)$|_images/", text), (
+            f"the alt text is a file path: {text[:80]}")
+        assert len(text.split()) >= 8, f"the alt text should describe the figure: {text!r}"
+
+
+def chapter_links(name: str) -> list[tuple[str, str]]:
+    """(chapter, fragment) of every link from a chapter's article to another chapter."""
+    return [(target, fragment) for target, fragment in
+            re.findall(r'href="(\d\d_[a-z_]+)\.html(?:#([^"]*))?"', article_html(chapter(name)))
+            if target != name]
+
+
+@pytest.mark.parametrize("index, name", list(enumerate(CHAPTERS))[1:])
+def test_chapter_links_back_to_earlier_chapters(built, index, name):
+    earlier = {target for target, _ in chapter_links(name) if target in CHAPTERS[:index]}
+    assert earlier, f"{name} should link to at least one earlier chapter"
+
+
+def test_positional_chapter_links_to_the_permutation_result_of_chapter_4(built):
+    fragments = {fragment for target, fragment in chapter_links("06_positional")
+                 if target == "04_self_attention"}
+    assert "sec-permutation" in fragments, fragments
+    assert 'id="sec-permutation"' in chapter("04_self_attention").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_links_between_chapters_point_to_existing_anchors(built, name):
+    for target, fragment in chapter_links(name):
+        assert target in CHAPTERS, f"{name} links to an unknown page {target}.html"
+        if fragment:
+            assert f'id="{fragment}"' in chapter(target).read_text(encoding="utf-8"), (
+                f"{name} links to {target}.html#{fragment}, which does not exist")
+
+
 CITED = {
     "01_ngrams": {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"},
     "02_rnn": {"elman1990", "werbos1990", "bengio1994", "pascanu2013", "hochreiter1997",
