@@ -1,9 +1,21 @@
-"""What every chapter's tests of its checks share: hostile stand-ins for student functions
-and the assertions every printed check must satisfy."""
+"""What every chapter's tests of its checks share: hostile stand-ins for student functions,
+the assertions every printed check must satisfy, and :class:`Chapter`, the tables through which
+a chapter's test module hands its checks to the generic tests in test_checks_common.py."""
+
+from __future__ import annotations
 
 import builtins
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
 
 from coursepkg import checks
+
+#: ``checks.run_task``, remembered: a function's results on a task never change (the inputs are
+#: seeded), and many tests look at the same implementations (a sampling loop runs its model a
+#: hundred times per case).
+run_task = functools.cache(checks.run_task)
 
 
 class AlwaysEqual:
@@ -42,3 +54,88 @@ def check_output(capsys, task_id, func):
     assert " at 0x" not in out
     assert all(line == line.rstrip() for line in out.splitlines())
     return out
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter's checks, as the generic tests of test_checks_common.py see them.
+
+    Attributes:
+        assignment: The exercise set, ``"02_rnn"``.
+        tasks: Task id -> (function name, public points, all points), in order.
+        hints: The chapter's checks module: its ``HINT_*`` strings name the known mistakes, and
+            its ``HINT_*_GENERIC`` ones are what an unrecognised wrong answer gets.
+        correct: Task id -> correct implementations (the reference first); all get full marks.
+        wrong: Task id -> (wrong implementation, words its public feedback must hold).
+        stub: The exercise's stub: raises NotImplementedError.
+        min_public, min_hidden: The fewest public and hidden cases a task may have.
+        public_points: The fewest and most points a task's public cases may be worth.
+        forbidden: Dotted names every task forbids.
+        package: A package every task's tripwire watches.
+        not_finite_hint: Words of the feedback to a result holding NaN or infinite values.
+        failure_reports: (task id, wrong implementation, the first line of its check report,
+            lines the report must hold): ``check`` must print that, the same every time.
+        allowed: Packages no task may forbid (an earlier chapter's exercises, called by this one's).
+        typed: Tasks whose inputs are float32 in public cases and float32 and float64 in hidden
+            ones; None: every task.
+        seeded: Tasks whose cases draw their inputs from a seed; None: every task.
+        scalar_inputs: Tasks whose arguments are all numbers (nothing a function could mutate).
+        exact_results: Tasks whose results hold no floating-point number (counts, masks, ids).
+        not_finite: The non-finite values ``not_finite_hint`` is given for: "nan", "inf", "-inf".
+        more_hints: Messages a hidden case may give beyond ``HINT_*`` and the error hints (hints
+            the chapter composes, e.g. "the step is wrong" followed by the step's mistake).
+        more_hidden_funcs: Implementations whose hidden messages are checked beyond ``wrong``.
+        crashes_excused: Whether a wrong implementation may crash in a public case (the error's
+            hint, not its mistake's, is then what it gets).
+        wrong_types: (task id, function, words the feedback of its wrong return type must hold).
+        hidden_type_hints: Task id -> the feedback of a hidden case to a wrong return type
+            (default: the task's "CheckError" hint).
+        forged: Task id -> function of a right plain value, giving forged variants of it that
+            the trusted half must fail (beyond the forgeries every task must fail).
+        forbidden_calls: Callable -> the forbidden name the tripwire finds it is in every task
+            (None: any name; a reference, for one, is named after its own task there).
+        allowed_calls: Callables the tripwire lets every task call.
+    """
+
+    assignment: str
+    tasks: Mapping[str, tuple[str, int, int]]
+    hints: ModuleType
+    correct: Mapping[str, list[Callable]]
+    wrong: Mapping[str, list[tuple[Callable, str]]]
+    stub: Callable
+    min_public: int
+    min_hidden: int
+    public_points: tuple[int, int]
+    forbidden: tuple[str, ...]
+    package: str
+    not_finite_hint: str
+    failure_reports: tuple[tuple[str, Callable, str, tuple[str, ...]], ...]
+    allowed: tuple[str, ...] = ()
+    typed: tuple[str, ...] | None = None
+    seeded: tuple[str, ...] | None = None
+    scalar_inputs: tuple[str, ...] = ()
+    exact_results: tuple[str, ...] = ()
+    not_finite: tuple[str, ...] = ("nan", "inf", "-inf")
+    more_hints: frozenset[str] = frozenset()
+    more_hidden_funcs: tuple[Callable, ...] = ()
+    crashes_excused: bool = False
+    wrong_types: tuple[tuple[str, Callable, str], ...] = ()
+    hidden_type_hints: Mapping[str, str] = field(default_factory=dict)
+    forged: Mapping[str, Callable[[object], list]] = field(default_factory=dict)
+    forbidden_calls: Mapping[Callable, str | None] = field(default_factory=dict)
+    allowed_calls: tuple[Callable, ...] = ()
+
+    def is_typed(self, task_id: str) -> bool:
+        return self.typed is None or task_id in self.typed
+
+    def is_seeded(self, task_id: str) -> bool:
+        return self.seeded is None or task_id in self.seeded
+
+
+def forged_pairs(pair, shape, size):
+    """Forged variants of a right plain pair of tensors (a, b): one, three, swapped, ``a`` of
+    another ``shape`` or with ``size`` strings for data, ``b`` with a dtype or a key that is not
+    one."""
+    a, b = pair
+    return [[a], [a, b, b], [b, a], [{**a, "shape": shape}, b], [{**a, "data": ["1"] * size}, b],
+            [a, {**b, "dtype": 3}], [a, {**b, "extra": 1}]]

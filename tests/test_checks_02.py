@@ -1,28 +1,19 @@
-"""Tests of the checks of chapter 2 (coursepkg.checks.ch02_rnn): the checks are graded code too.
+"""The checks of chapter 2 (coursepkg.checks.ch02_rnn): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to a correct
-implementation written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
 
-import json
-import math
-
-import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, run_task
 
 from coursepkg import checks, rnn
 from coursepkg.checks import ch02_rnn as ch02
 from coursepkg.checks import core
-
-TASK_IDS = ("2.1", "2.2", "2.3", "2.4")
-FUNC_NAMES = ("elman_step", "run_rnn", "lstm_step", "pool_outputs")
-
 
 # ---------------------------------------------------------------------------------------------
 # Correct implementations written differently from the references
@@ -377,66 +368,68 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 2.1: write elman_step")
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry and the cases
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
 # ---------------------------------------------------------------------------------------------
 
+CHAPTER = Chapter(
+    assignment="02_rnn",
+    tasks={"2.1": ("elman_step", 3, 7), "2.2": ("run_rnn", 3, 7), "2.3": ("lstm_step", 4, 8),
+           "2.4": ("pool_outputs", 4, 8)},
+    hints=ch02,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=3,
+    min_hidden=4,
+    public_points=(2, 4),
+    forbidden=("coursepkg.rnn", "coursepkg.checks"),
+    package="coursepkg.rnn",
+    not_finite_hint=ch02.HINT_NOT_FINITE,
+    failure_reports=(
+        ("2.2", run_h0_every_step, "Task 2.2 run_rnn: 0/3 points",
+         ("  FAIL  [0/1] 3 sequences of 4 steps from h0 = 0: " + ch02.HINT_H0_REUSED,)),
+        ("2.4", pool_mean_with_padding, "Task 2.4 pool_outputs: 3/4 points",
+         (ch02.HINT_MEAN_PADDING,)),
+        ("2.3", lstm_textbook_gate_order, "Task 2.3 lstm_step: 0/4 points",
+         (ch02.HINT_GATE_ORDER,)),
+    ),
+    more_hints=frozenset(f"{ch02.HINT_STEP_WRONG} {hint}" for hint, _ in ch02._elman_mistakes()),
+    wrong_types=(
+        ("2.1", lambda *a: None,
+         "Wrong return type: expected h_t as a torch.Tensor, got NoneType."),
+        ("2.1", lambda *a: rnn.elman_step(*a).tolist(), "expected h_t as a torch.Tensor, got list"),
+        ("2.1", lambda *a: rnn.elman_step(*a).numpy(), "got ndarray"),
+        ("2.1", lambda *a: (rnn.elman_step(*a),), "got tuple"),
+        ("2.1", lambda *a: rnn.elman_step(*a).long(),
+         "floating-point tensor, got dtype torch.int64"),
+        ("2.2", lambda *a: ch02.run_rnn(*a)[0], "expected a pair (outputs, h_T), got Tensor"),
+        ("2.2", lambda *a: (*ch02.run_rnn(*a), None), "got a tuple of 3"),
+        ("2.2", lambda *a: (ch02.run_rnn(*a)[0], 1.0), "expected h_T as a torch.Tensor, got float"),
+        ("2.3", lambda *a: None, "expected a pair (h_t, c_t), got NoneType"),
+        ("2.4", lambda *a: "mean", "expected the pooled tensor as a torch.Tensor, got str"),
+    ),
+    hidden_type_hints={"2.2": "Return a pair (outputs, h_T) of tensors."},
+    forged={
+        "2.1": lambda good: [
+            {"shape": [2, 4], "dtype": "float32"}, {**good, "shape": [2, 5]},
+            {**good, "shape": [-8, -1]}, {**good, "data": ["0.5"] * 8},
+            {**good, "data": [True] * 8}, {**good, "dtype": 3}, {**good, "extra": 1},
+        ],
+        "2.2": lambda pair: [[pair[0]], [pair[0], pair[1], pair[1]], [pair[1], pair[0]]],
+    },
+    forbidden_calls={rnn.elman_step: None, rnn.lstm_step: None},
+    allowed_calls=(torch.sigmoid, torch.tanh, torch.Tensor.split),  # a student may split
+)
 
-def test_chapter_2_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("02_rnn")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("lstm_step", "02_rnn") is checks.get_task("2.3")
-    assert sum(task.max_points() for task in tasks) == 30
 
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 3
-    assert len(task.hidden_cases) >= 4
-    assert all(case.points > 0 for case in task.cases)
-    assert 2 <= task.max_points(public_only=True) <= 4
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    assert "coursepkg.rnn" in task.forbidden and "coursepkg.checks" in task.forbidden
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    seeds = {args["seed"] for args in public}
-    for case in task.hidden_cases:
-        assert case.args not in public
-        assert case.args["seed"] not in seeds
-    dtypes = {case.args["dtype"] for case in task.hidden_cases}
-    assert dtypes == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
-    assert any(case.args["B"] == 1 for case in task.hidden_cases) or task_id == "2.4"
+# ---------------------------------------------------------------------------------------------
+# The registry and the cases
+# ---------------------------------------------------------------------------------------------
 
 
 def test_hidden_edge_cases_are_there():
@@ -451,6 +444,8 @@ def test_hidden_edge_cases_are_there():
     last = [case.args for case in pool_cases if case.args["how"] == "last" and not case.hidden]
     assert {max(args["lengths"]) == args["T"] for args in last} == {True, False}
     assert {case.args["how"] for case in pool_cases if not case.hidden} == {"last", "mean", "max"}
+    for task_id in ("2.1", "2.2", "2.3"):  # a batch of one
+        assert any(case.args["B"] == 1 for case in checks.get_task(task_id).hidden_cases)
 
 
 def test_inputs_are_reproducible_and_fresh():
@@ -506,27 +501,12 @@ def test_pool_reference_by_hand():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = checks.run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_float64_computation_of_float32_inputs_is_close_enough():
     def via_float64(x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh):
         args = [t.double() for t in (x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh)]
         return elman_step(*args).to(x_t.dtype)
 
-    assert checks.run_task("2.1", via_float64, hidden=True).status == "passed"
-
-
-def test_public_run_is_public_only():
-    result = checks.run_task("2.1", rnn.elman_step)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("2.1").max_points(public_only=True)
+    assert run_task("2.1", via_float64, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,63 +514,23 @@ def test_public_run_is_public_only():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = checks.run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = checks.run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake (e.g. no bias = one bias missing, when the other
-    bias happens to be what the case tests)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
-
-
 def test_public_failures_show_the_specifics():
-    result = checks.run_task("2.2", run_time_major)
+    result = run_task("2.2", run_time_major)
     assert "Expected outputs of shape (2, 5, 4), got (5, 2, 4)." in result.cases[0].message
-    result = checks.run_task("2.1", elman_column_vectors)
+    result = run_task("2.1", elman_column_vectors)
     assert result.cases[0].message.endswith("Expected h_t of shape (2, 4), got (4, 2).")
-    result = checks.run_task("2.1", elman_no_bias)
+    result = run_task("2.1", elman_no_bias)
     detail = result.cases[0].message.removeprefix(ch02.HINT_NO_BIAS).strip()
     assert detail.startswith("h_t[") and "expected" in detail and "values differ)." in detail
-    result = checks.run_task("2.3", lstm_textbook_gate_order)
+    result = run_task("2.3", lstm_textbook_gate_order)
     assert "Your result matches the gate order i, f, o, g." in result.cases[0].message
-    result = checks.run_task("2.4", pool_ignores_how)
+    result = run_task("2.4", pool_ignores_how)
     last = result.cases[0]
     assert last.status == "failed" and 'Your result is the "mean" pooling.' in last.message
 
 
 def test_dtype_mismatch_is_named_in_the_float64_case():
-    result = checks.run_task("2.2", run_float32_buffer, hidden=True)
+    result = run_task("2.2", run_float32_buffer, hidden=True)
     statuses = {case.name: case.status for case in result.cases}
     float64 = next(case for case in result.cases if case.name == "hidden: float64")
     assert float64.status == "failed" and float64.message == ch02.HINT_DTYPE
@@ -608,78 +548,20 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
             raise IndexError("index 1 is out of bounds")
         return run_rnn_with(elman_step)(x, h0, *params)
 
-    result = checks.run_task("2.2", no_single_step, hidden=True)
+    result = run_task("2.2", no_single_step, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == ["hidden: one time step"]
     assert bad[0].status == "error" and "loop over t in range(x.shape[1])" in bad[0].message
 
 
 def test_exceptions_become_errors_with_hints():
-    result = checks.run_task("2.1", elman_weights_not_transposed)
+    result = run_task("2.1", elman_weights_not_transposed)
     errors = [case for case in result.cases if case.status == "error"]
     assert errors and all(case.message.startswith("raised RuntimeError: ") for case in errors)
     assert all("\n" not in case.message for case in result.cases)
-    result = checks.run_task("2.4", pool_last_at_lengths)
+    result = run_task("2.4", pool_last_at_lengths)
     full = result.cases[0]
     assert full.status == "error" and full.message.startswith("raised IndexError:")
-
-
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = checks.run_task("2.3", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("2.1", lambda *a: None,
-         "Wrong return type: expected h_t as a torch.Tensor, got NoneType."),
-        ("2.1", lambda *a: rnn.elman_step(*a).tolist(), "expected h_t as a torch.Tensor, got list"),
-        ("2.1", lambda *a: rnn.elman_step(*a).numpy(), "got ndarray"),
-        ("2.1", lambda *a: (rnn.elman_step(*a),), "got tuple"),
-        ("2.1", lambda *a: rnn.elman_step(*a).long(),
-         "floating-point tensor, got dtype torch.int64"),
-        ("2.2", lambda *a: ch02.run_rnn(*a)[0], "expected a pair (outputs, h_T), got Tensor"),
-        ("2.2", lambda *a: (*ch02.run_rnn(*a), None), "got a tuple of 3"),
-        ("2.2", lambda *a: (ch02.run_rnn(*a)[0], 1.0), "expected h_T as a torch.Tensor, got float"),
-        ("2.3", lambda *a: None, "expected a pair (h_t, c_t), got NoneType"),
-        ("2.4", lambda *a: "mean", "expected the pooled tensor as a torch.Tensor, got str"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = checks.run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = checks.run_task("2.2", lambda *a: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {"Return a pair (outputs, h_T) of tensors."}
-
-
-def test_nan_and_inf_never_pass():
-    for value in (math.nan, math.inf):
-        def returns(x_t, h_prev, *params, value=value):
-            return torch.full_like(h_prev, value)
-
-        result = checks.run_task("2.1", returns, hidden=True)
-        assert result.points == 0
-        assert ch02.HINT_NOT_FINITE in result.cases[0].message
 
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
@@ -691,120 +573,22 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
         outputs, _ = run_rnn_with(elman_step)(x, h0, *params)
         return outputs, outputs[:, -1]
 
-    assert checks.run_task("2.1", with_grad, hidden=True).status == "passed"
-    assert checks.run_task("2.2", last_as_view, hidden=True).status == "passed"
+    assert run_task("2.1", with_grad, hidden=True).status == "passed"
+    assert run_task("2.2", last_as_view, hidden=True).status == "passed"
 
 
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating(x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh):
-        result = elman_step(x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh)
-        for tensor in (x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh):
-            tensor.zero_()
-        return result
-
-    def mutating_state(x_t, state, *params):
-        result = rnn.lstm_step(x_t, state, *params)
-        state[1].fill_(7.0)
-        return result
-
-    assert checks.run_task("2.1", mutating, hidden=True).status == "passed"
-    assert checks.run_task("2.3", mutating_state, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
+def test_torchs_lstm_cell_is_forbidden_in_the_lstm_step():
     from coursepkg.grading.worker import Tripwire
 
-    for task_id in TASK_IDS:
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.rnn" in tripwire.prefixes
     tripwire = Tripwire(checks.get_task("2.3"))
     assert tripwire.forbidden_callable(torch.lstm_cell) == "torch.lstm_cell"
     assert tripwire.forbidden_callable(torch._VF.lstm_cell) == "torch.lstm_cell"
     assert tripwire.forbidden_callable(torch.nn.LSTMCell.forward) == "torch.nn.LSTMCell"
-    assert tripwire.forbidden_callable(rnn.lstm_step) is not None
-    assert tripwire.forbidden_callable(torch.sigmoid) is None
-    assert tripwire.forbidden_callable(torch.Tensor.split) is None  # a student may split
-
-
-# ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch02).items() if name.startswith("HINT_")}
-    hints |= {f"{ch02.HINT_STEP_WRONG} {hint}" for hint, _ in ch02._elman_mistakes()}
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None]
-    for func in funcs:
-        result = checks.run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
 
 
 # ---------------------------------------------------------------------------------------------
 # The split used by the grader: student half, JSON, trusted half
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:3]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(task, case, json.loads(json.dumps(plain)))
-            assert remote == direct
-
-
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("2.1")
-    case = task.cases[0]
-    good = checks.student_output(task, case, rnn.elman_step)
-    forged = [
-        None, 3.5, "text", [good], {"shape": [2, 4], "dtype": "float32"},
-        {**good, "shape": [2, 5]}, {**good, "shape": [-8, -1]}, {**good, "data": ["0.5"] * 8},
-        {**good, "data": [True] * 8}, {**good, "dtype": 3}, {**good, "extra": 1},
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-    pair_task = checks.get_task("2.2")
-    pair = checks.student_output(pair_task, pair_task.cases[0], ch02.run_rnn)
-    for value in ([pair[0]], [pair[0], pair[1], pair[1]], {"a": 1}, [pair[1], pair[0]]):
-        assert checks.grade_output(pair_task, pair_task.cases[0], value).status == "failed"
 
 
 def test_sending_bigger_numbers_than_float32_holds_is_judged_on_values():
@@ -822,71 +606,10 @@ def test_sending_bigger_numbers_than_float32_holds_is_judged_on_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "2.1", elman_step)
-    assert out.splitlines()[0] == "Task 2.1 elman_step: 3/3 points"
-    assert "  PASS  [1/1] a batch of 2, 3 inputs, 4 hidden units" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "2.4", pool_outputs_alt)
-    assert out.splitlines()[0] == "Task 2.4 pool_outputs: 4/4 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "2.2", run_h0_every_step)
-    assert out.startswith("Task 2.2 run_rnn: 0/3 points\n")
-    assert "  FAIL  [0/1] 3 sequences of 4 steps from h0 = 0: " + ch02.HINT_H0_REUSED in out
-    out = check_output(capsys, "2.4", pool_mean_with_padding)
-    assert out.startswith("Task 2.4 pool_outputs: 3/4 points\n")
-    assert ch02.HINT_MEAN_PADDING in out
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "2.3", stub)
-    assert out == (
-        "Task 2.3 lstm_step: not attempted (0/4 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("elman_step", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "2.1", func)
-    assert out.startswith("Task 2.1 elman_step: not attempted (0/3 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     def broken(x_t, h_prev, *params):
         return x_t @ h_prev  # shapes that do not fit
 
     out = check_output(capsys, "2.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "x_t @ weight_ih.T and h_prev @ weight_hh.T." in out
-    out = check_output(capsys, "2.3", lambda *args: AlwaysEqual())
-    assert "0/4 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "2.3", lstm_textbook_gate_order)
-    assert check_output(capsys, "2.3", lstm_textbook_gate_order) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (elman_step, run_rnn_alt, lstm_step_alt,
-                                        pool_outputs_alt), strict=True):
-        check_output(capsys, task_id, func)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("2.2", interrupted)

@@ -1,10 +1,8 @@
-"""Tests of the checks of chapter 3 (coursepkg.checks.ch03_attention): the checks are graded
-code too.
+"""The checks of chapter 3 (coursepkg.checks.ch03_attention): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to correct
-implementations written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
@@ -13,10 +11,9 @@ import json
 import math
 import string
 
-import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, forged_pairs, run_task
 
 from coursepkg import attention, checks, rnn
 from coursepkg.checks import ch03_attention as ch03
@@ -24,7 +21,6 @@ from coursepkg.checks import core
 from coursepkg.data import SeqCodec, dates_task
 
 TASK_IDS = ("3.1", "3.2", "3.3", "3.4")
-FUNC_NAMES = ("attention_weights", "masked_attention", "additive_scores", "decoder_step")
 NEG_INF = float("-inf")
 
 
@@ -413,67 +409,75 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 3.1: write attention_weights")
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry and the cases
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
 # ---------------------------------------------------------------------------------------------
 
+CHAPTER = Chapter(
+    assignment="03_attention",
+    tasks={"3.1": ("attention_weights", 3, 7), "3.2": ("masked_attention", 4, 8),
+           "3.3": ("additive_scores", 3, 7), "3.4": ("decoder_step", 3, 8)},
+    hints=ch03,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=3,
+    min_hidden=4,
+    public_points=(2, 4),
+    forbidden=("coursepkg.attention", "coursepkg.checks",
+               "torch.nn.functional.scaled_dot_product_attention"),
+    package="coursepkg.attention",
+    not_finite_hint=ch03.HINT_NOT_FINITE,
+    failure_reports=(
+        ("3.2", attend_mask_after_softmax, "Task 3.2 masked_attention: 1/4 points",
+         ("  FAIL  [0/1] a right-padded batch, lengths [5, 3, 1]: "
+          + ch03.HINT_MASK_AFTER_SOFTMAX,)),
+        ("3.1", weights_naive_softmax, "Task 3.1 attention_weights: 2/3 points",
+         (ch03.HINT_SOFTMAX_OVERFLOW,)),
+        ("3.3", additive_no_tanh, "Task 3.3 additive_scores: 0/3 points",
+         (ch03.HINT_ADDITIVE_NO_TANH,)),
+    ),
+    more_hints=frozenset(f"{ch03.HINT_STEP_ATTENTION_WRONG} {hint}"
+                         for hint, _ in ch03._attention_mistakes()),
+    more_hidden_funcs=(weights_squeeze_all,),
+    # where the widths differ, swapped or untransposed weights crash: the error's hint names
+    # the shapes
+    crashes_excused=True,
+    wrong_types=(
+        ("3.1", lambda *a: None,
+         "Wrong return type: expected the weights as a torch.Tensor, got NoneType."),
+        ("3.1", lambda *a: attention_weights(*a).tolist(), "got list"),
+        ("3.1", lambda *a: attention_weights(*a).numpy(), "got ndarray"),
+        ("3.1", lambda *a: attention_weights(*a).max(dim=-1), "a pair (values, indices)"),
+        ("3.1", lambda *a: attention_weights(*a).argmax(dim=-1),
+         "floating-point tensor, got dtype torch.int64"),
+        ("3.2", lambda *a: masked_attention(*a)[0],
+         "expected a pair (context, weights), got Tensor"),
+        ("3.2", lambda *a: (*masked_attention(*a), None), "got a tuple of 3"),
+        ("3.3", lambda *a: "scores", "expected the scores as a torch.Tensor, got str"),
+        ("3.4", lambda *a: ch03.decoder_step(*a)[:2],
+         "expected a tuple of 4 (h_t, c_t, context, weights), got a tuple of 2"),
+        ("3.4", lambda *a: None, "got NoneType"),
+    ),
+    hidden_type_hints={"3.4": "Return the four tensors (h_t, c_t, context, weights)."},
+    forged={"3.2": lambda good: forged_pairs(good, [2, 6], 10)},
+    forbidden_calls={
+        attention.attend: "coursepkg.attention",
+        F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
+        torch.nn.MultiheadAttention.forward: "torch.nn.MultiheadAttention",
+    },
+    allowed_calls=(torch.softmax, torch.Tensor.masked_fill,
+                   rnn.lstm_step),  # chapter 2's step is allowed
+)
 
-def test_chapter_3_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("03_attention")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("decoder_step", "03_attention") is checks.get_task("3.4")
-    assert sum(task.max_points() for task in tasks) == 30
 
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 3
-    assert len(task.hidden_cases) >= 4
-    assert all(case.points > 0 for case in task.cases)
-    assert 2 <= task.max_points(public_only=True) <= 4
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    assert "coursepkg.attention" in task.forbidden and "coursepkg.checks" in task.forbidden
-    assert "torch.nn.functional.scaled_dot_product_attention" in task.forbidden
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    seeds = {args["seed"] for args in public}
-    for case in task.hidden_cases:
-        assert case.args not in public
-        assert case.args["seed"] not in seeds
-    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
-    assert any(case.args["B"] == 1 for case in task.hidden_cases)
-    assert any(case.args["S"] == 1 for case in task.hidden_cases)
+# ---------------------------------------------------------------------------------------------
+# The registry and the cases
+# ---------------------------------------------------------------------------------------------
 
 
 def _masks(task_id):
@@ -509,6 +513,11 @@ def test_hidden_edge_cases_are_there():
     squares = [case.args["E"] == case.args["Hs"] == case.args["Dv"]
                for case in checks.get_task("3.4").public_cases]
     assert True in squares and False in squares
+    # every task: a batch of one and a single key
+    for task_id in TASK_IDS:
+        hidden = checks.get_task(task_id).hidden_cases
+        assert any(case.args["B"] == 1 for case in hidden), task_id
+        assert any(case.args["S"] == 1 for case in hidden), task_id
 
 
 def test_inputs_are_reproducible_and_fresh():
@@ -586,22 +595,13 @@ def test_decoder_step_reference_is_a_step_of_the_seq2seq_model():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = checks.run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_float64_computation_of_float32_inputs_is_close_enough():
     def via_float64(query, keys, values, mask, scale):
         context, weights = masked_attention(query.double(), keys.double(), values.double(),
                                             mask, scale)
         return context.to(query.dtype), weights.to(query.dtype)
 
-    assert checks.run_task("3.2", via_float64, hidden=True).status == "passed"
+    assert run_task("3.2", via_float64, hidden=True).status == "passed"
 
 
 def test_a_minus_1e9_mask_passes_too():
@@ -611,13 +611,7 @@ def test_a_minus_1e9_mask_passes_too():
         weights = torch.softmax(scores, dim=-1)
         return (weights.unsqueeze(1) @ values).squeeze(1), weights
 
-    assert checks.run_task("3.2", big_negative, hidden=True).status == "passed"
-
-
-def test_public_run_is_public_only():
-    result = checks.run_task("3.1", ch03.attention_weights)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("3.1").max_points(public_only=True)
+    assert run_task("3.2", big_negative, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,76 +619,34 @@ def test_public_run_is_public_only():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = checks.run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = checks.run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake, or the case's shapes make it crash (a
-    RuntimeError hint), or they expose it (a shape hint)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            if result.status == "error" or "of shape" in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
-
-
 def test_shapes_name_the_mistake_where_values_cannot():
     """Where the widths differ, swapped or untransposed weights cannot even run: the error's
     hint names the shapes. Where they agree, the numbers name the mistake."""
     for func in (additive_weights_swapped, additive_not_transposed):
-        result = checks.run_task("3.3", func)
+        result = run_task("3.3", func)
         statuses = [case.status for case in result.cases]
         assert statuses[1] == "failed" and "error" in statuses, (func.__name__, statuses)
         assert all("query @ w_q.T" in case.message for case in result.cases)
-    result = checks.run_task("3.4", step_queries_with_embedding)
+    result = run_task("3.4", step_queries_with_embedding)
     assert [case.status for case in result.cases] == ["error", "failed", "error"]
 
 
 def test_public_failures_show_the_specifics():
-    result = checks.run_task("3.1", weights_every_pair)
+    result = run_task("3.1", weights_every_pair)
     assert result.cases[0].message.endswith("Expected weights of shape (2, 5), got (2, 2, 5).")
-    result = checks.run_task("3.1", weights_no_scale)
+    result = run_task("3.1", weights_no_scale)
     detail = result.cases[0].message.removeprefix(ch03.HINT_NO_SCALE).strip()
     assert detail.startswith("weights[") and "expected" in detail and "values differ)." in detail
-    result = checks.run_task("3.2", attend_returns_weights_first)
+    result = run_task("3.2", attend_returns_weights_first)
     assert "Expected context of shape (2, 5), got (2, 4)." in result.cases[0].message
-    result = checks.run_task("3.1", weights_naive_softmax)
+    result = run_task("3.1", weights_naive_softmax)
     large = result.cases[2]
     assert large.status == "failed" and "got nan" in large.message
     assert [case.status for case in result.cases[:2]] == ["passed", "passed"]
 
 
 def test_the_squeeze_of_every_axis_fails_only_on_the_hidden_edge_cases():
-    result = checks.run_task("3.1", weights_squeeze_all, hidden=True)
+    result = run_task("3.1", weights_squeeze_all, hidden=True)
     bad = {case.name: case for case in result.cases if case.status != "passed"}
     assert set(bad) == {"hidden: a batch of one", "hidden: a single key"}
     assert {case.message for case in bad.values()} == {ch03.HINT_SQUEEZE_ALL}
@@ -704,7 +656,7 @@ def test_dtype_mismatch_is_named_in_the_float64_case():
     def float32_weights(query, keys, scale):
         return attention_weights(query, keys, scale).float()
 
-    result = checks.run_task("3.1", float32_weights, hidden=True)
+    result = run_task("3.1", float32_weights, hidden=True)
     failed = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in failed] == ["hidden: float64, scale 0.5",
                                               "hidden: large scores in float64"]
@@ -721,83 +673,20 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
             raise IndexError("index 1 is out of bounds")
         return masked_attention(query, keys, values, mask, scale)
 
-    result = checks.run_task("3.2", no_single_key, hidden=True)
+    result = run_task("3.2", no_single_key, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == ["hidden: a single key"]
     assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
 
 
 def test_exceptions_become_errors_with_hints():
-    result = checks.run_task("3.1", weights_bmm_without_unsqueeze)
+    result = run_task("3.1", weights_bmm_without_unsqueeze)
     assert {case.status for case in result.cases} == {"error"}
     assert all(case.message.startswith("raised RuntimeError: ") for case in result.cases)
     assert all("\n" not in case.message for case in result.cases)
-    result = checks.run_task("3.4", step_without_context)
+    result = run_task("3.4", step_without_context)
     assert {case.status for case in result.cases} == {"error"}
     assert all("weight_ih (4 Hs, E + Dv)" in case.message for case in result.cases)
-
-
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = checks.run_task("3.4", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("3.1", lambda *a: None,
-         "Wrong return type: expected the weights as a torch.Tensor, got NoneType."),
-        ("3.1", lambda *a: attention_weights(*a).tolist(), "got list"),
-        ("3.1", lambda *a: attention_weights(*a).numpy(), "got ndarray"),
-        ("3.1", lambda *a: attention_weights(*a).max(dim=-1), "a pair (values, indices)"),
-        ("3.1", lambda *a: attention_weights(*a).argmax(dim=-1),
-         "floating-point tensor, got dtype torch.int64"),
-        ("3.2", lambda *a: masked_attention(*a)[0],
-         "expected a pair (context, weights), got Tensor"),
-        ("3.2", lambda *a: (*masked_attention(*a), None), "got a tuple of 3"),
-        ("3.3", lambda *a: "scores", "expected the scores as a torch.Tensor, got str"),
-        ("3.4", lambda *a: ch03.decoder_step(*a)[:2],
-         "expected a tuple of 4 (h_t, c_t, context, weights), got a tuple of 2"),
-        ("3.4", lambda *a: None, "got NoneType"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = checks.run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = checks.run_task("3.4", lambda *a: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {
-        "Return the four tensors (h_t, c_t, context, weights)."
-    }
-
-
-def test_nan_and_inf_never_pass():
-    for value in (math.nan, math.inf):
-        def returns(query, keys, *rest, value=value):
-            return torch.full(keys.shape[:2], value, dtype=keys.dtype)
-
-        for task_id in ("3.1", "3.3"):
-            result = checks.run_task(task_id, returns, hidden=True)
-            assert result.points == 0
-            assert ch03.HINT_NOT_FINITE in result.cases[0].message
 
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
@@ -808,110 +697,22 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
         context, weights = masked_attention(query, keys, values, mask, scale)
         return context, weights[:, :]
 
-    assert checks.run_task("3.3", with_grad, hidden=True).status == "passed"
-    assert checks.run_task("3.2", weights_as_view, hidden=True).status == "passed"
+    assert run_task("3.3", with_grad, hidden=True).status == "passed"
+    assert run_task("3.2", weights_as_view, hidden=True).status == "passed"
 
 
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating(query, keys, values, mask, scale):
-        result = masked_attention(query, keys, values, mask, scale)
-        for tensor in (query, keys, values):
-            tensor.zero_()
-        mask.fill_(True)
-        return result
-
-    def mutating_params(embedding, state, encoder_states, mask, key_proj, lstm_params):
-        result = decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params)
-        state[0].fill_(3.0)
-        lstm_params[0].zero_()
-        return result
-
-    assert checks.run_task("3.2", mutating, hidden=True).status == "passed"
-    assert checks.run_task("3.4", mutating_params, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-        result = checks.run_task(task_id, lambda *args: (AlwaysEqual(),) * 4, hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
+def test_torchs_lstm_cell_is_forbidden_in_the_decoder_step():
     from coursepkg.grading.worker import Tripwire
 
-    for task_id in TASK_IDS:
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.attention" in tripwire.prefixes
-        assert tripwire.forbidden_callable(attention.attend) is not None
-        sdpa = tripwire.forbidden_callable(F.scaled_dot_product_attention)
-        assert sdpa == "torch.nn.functional.scaled_dot_product_attention"
-        mha = tripwire.forbidden_callable(torch.nn.MultiheadAttention.forward)
-        assert mha == "torch.nn.MultiheadAttention"
-        assert tripwire.forbidden_callable(torch.softmax) is None
-        assert tripwire.forbidden_callable(torch.Tensor.masked_fill) is None
     step = Tripwire(checks.get_task("3.4"))
     assert step.forbidden_callable(torch.lstm_cell) == "torch.lstm_cell"
     assert step.forbidden_callable(torch.nn.LSTMCell.forward) == "torch.nn.LSTMCell"
     assert step.forbidden_callable(rnn.lstm_step) is None  # chapter 2's step is allowed
-    assert step.forbidden_callable(ch03.decoder_step) is not None  # the reference
-
-
-# ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch03).items() if name.startswith("HINT_")}
-    hints |= {f"{ch03.HINT_STEP_ATTENTION_WRONG} {hint}" for hint, _ in ch03._attention_mistakes()}
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None, weights_squeeze_all]
-    for func in funcs:
-        result = checks.run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
 
 
 # ---------------------------------------------------------------------------------------------
 # The split used by the grader: student half, JSON, trusted half
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:3]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(task, case, json.loads(json.dumps(plain)))
-            assert remote == direct
 
 
 def test_nan_survives_the_trip_through_json():
@@ -924,94 +725,15 @@ def test_nan_survives_the_trip_through_json():
     assert result.status == "failed" and result.message.startswith(ch03.HINT_SOFTMAX_OVERFLOW)
 
 
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("3.2")
-    case = task.cases[0]
-    good = checks.student_output(task, case, ch03.masked_attention)
-    context, weights = good
-    forged = [
-        None, 3.5, "text", [context], [context, weights, weights], [weights, context],
-        {"a": 1}, [{**context, "shape": [2, 6]}, weights], [{**context, "data": ["1"] * 10},
-                                                           weights],
-        [context, {**weights, "dtype": 3}], [context, {**weights, "extra": 1}],
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-
-
 # ---------------------------------------------------------------------------------------------
 # check(): prints a deterministic report, never raises
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "3.1", attention_weights_alt)
-    assert out.splitlines()[0] == "Task 3.1 attention_weights: 3/3 points"
-    assert "  PASS  [1/1] large scores (about 1000): the softmax must not overflow" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "3.4", decoder_step_inline)
-    assert out.splitlines()[0] == "Task 3.4 decoder_step: 3/3 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "3.2", attend_mask_after_softmax)
-    assert out.startswith("Task 3.2 masked_attention: 1/4 points\n")
-    assert ("  FAIL  [0/1] a right-padded batch, lengths [5, 3, 1]: "
-            + ch03.HINT_MASK_AFTER_SOFTMAX) in out
-    out = check_output(capsys, "3.1", weights_naive_softmax)
-    assert out.startswith("Task 3.1 attention_weights: 2/3 points\n")
-    assert ch03.HINT_SOFTMAX_OVERFLOW in out
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "3.3", stub)
-    assert out == (
-        "Task 3.3 additive_scores: not attempted (0/3 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("masked_attention", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "3.2", func)
-    assert out.startswith("Task 3.2 masked_attention: not attempted (0/4 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     def broken(query, keys, scale):
         return keys @ query  # shapes that do not fit
 
     out = check_output(capsys, "3.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "keys @ query.unsqueeze(-1)" in out
-    out = check_output(capsys, "3.4", lambda *args: AlwaysEqual())
-    assert "0/3 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "3.3", additive_no_tanh)
-    assert check_output(capsys, "3.3", additive_no_tanh) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (attention_weights_alt, masked_attention_where,
-                                        additive_scores_alt, decoder_step_inline), strict=True):
-        check_output(capsys, task_id, func)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("3.2", interrupted)

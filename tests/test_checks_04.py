@@ -1,10 +1,8 @@
-"""Tests of the checks of chapter 4 (coursepkg.checks.ch04_self_attention): the checks are graded
-code too.
+"""The checks of chapter 4 (coursepkg.checks.ch04_self_attention): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to correct
-implementations written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
@@ -15,15 +13,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, forged_pairs, run_task
 
 from coursepkg import checks
 from coursepkg import self_attention as sa
 from coursepkg.checks import ch04_self_attention as ch04
-from coursepkg.checks import core
 
 TASK_IDS = ("4.1", "4.2", "4.3", "4.4")
-FUNC_NAMES = ("qkv_scores", "scaled_dot_product_attention", "causal_mask", "self_attention")
 NEG_INF = float("-inf")
 
 
@@ -495,15 +491,78 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 4.1: write qkv_scores")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = Chapter(
+    assignment="04_self_attention",
+    tasks={"4.1": ("qkv_scores", 3, 7), "4.2": ("scaled_dot_product_attention", 5, 10),
+           "4.3": ("causal_mask", 2, 6), "4.4": ("self_attention", 3, 7)},
+    hints=ch04,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=2,
+    min_hidden=4,
+    public_points=(2, 5),
+    forbidden=("coursepkg.self_attention", "coursepkg.checks",
+               "torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"),
+    package="coursepkg.self_attention",
+    not_finite_hint=ch04.HINT_NOT_FINITE,
+    failure_reports=(
+        ("4.2", sdpa_mask_minus_1e9, "Task 4.2 scaled_dot_product_attention: 4/5 points",
+         ("  FAIL  [0/1] scores from -8e3 down to -1.7e10, causal mask: masked keys must get "
+          "0: " + ch04.HINT_MASK_FINITE,)),
+        ("4.3", mask_diagonal_hidden, "Task 4.3 causal_mask: 0/2 points",
+         ("  FAIL  [0/1] T = 4: " + ch04.HINT_CAUSAL_DIAGONAL,)),
+        ("4.2", sdpa_mask_with_zero, "Task 4.2 scaled_dot_product_attention: 2/5 points",
+         (ch04.HINT_MASK_ZERO,)),
+    ),
+    typed=("4.1", "4.2", "4.4"),  # a causal mask is a function of T alone
+    seeded=("4.1", "4.2", "4.4"),
+    scalar_inputs=("4.3",),
+    exact_results=("4.3",),
+    more_hints=frozenset(
+        {f"{ch04.HINT_LAYER_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
+        | {f"{ch04.HINT_LAYER_MASK_WRONG} {hint}" for hint, _ in ch04._mask_mistakes()}),
+    more_hidden_funcs=(sdpa_transpose_1_2,),
+    # where the widths differ, an untransposed key or weight matrix crashes: the error's hint
+    # names the shapes
+    crashes_excused=True,
+    wrong_types=(
+        ("4.1", lambda *a: qkv_scores(*a)[3],
+         "expected a tuple of 4 (q, k, v, scores), got Tensor"),
+        ("4.1", lambda *a: qkv_scores(*a)[:3], "got a tuple of 3"),
+        ("4.2", lambda *a: scaled_dot_product_attention(*a)[0],
+         "expected a pair (out, weights), got Tensor"),
+        ("4.2", lambda *a: [t.tolist() for t in scaled_dot_product_attention(*a)],
+         "expected out as a torch.Tensor, got list"),
+        ("4.3", lambda T: causal_mask(T).tolist(), "expected the mask as a torch.Tensor, got list"),
+        ("4.3", lambda T: None, "got NoneType"),
+        ("4.3", lambda T: causal_mask(T).to(torch.complex64), "got dtype torch.complex64"),
+        ("4.4", lambda *a: self_attention(*a)[0], "expected a pair (out, weights), got Tensor"),
+    ),
+    hidden_type_hints={
+        "4.3": "Return a (T, T) torch.bool tensor, True where query t may attend to key s."},
+    forged={
+        "4.2": lambda good: forged_pairs(good, [2, 3, 5], 36),
+        "4.3": lambda good: [{**good, "data": [2] * 16}, {**good, "data": [True] * 16},
+                             {**good, "shape": [16]}, {**good, "dtype": None}],
+    },
+    forbidden_calls={
+        sa.scaled_dot_product_attention: None,
+        sa.SelfAttention.forward: "coursepkg.self_attention",
+        F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
+        torch.nn.MultiheadAttention.forward: "torch.nn.MultiheadAttention",
+    },
+    allowed_calls=(torch.softmax, torch.Tensor.masked_fill, torch.tril, torch.matmul, F.linear,
+                   torch.Tensor.transpose),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,51 +570,9 @@ def stub(*args):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_chapter_4_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("04_self_attention")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("causal_mask", "04_self_attention") is checks.get_task("4.3")
-    assert sum(task.max_points() for task in tasks) == 30
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 2
-    assert len(task.hidden_cases) >= 4
-    assert all(case.points > 0 for case in task.cases)
-    assert 2 <= task.max_points(public_only=True) <= 5
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    for name in ("coursepkg.self_attention", "coursepkg.checks",
-                 "torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"):
-        assert name in task.forbidden
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
 @pytest.mark.parametrize("task_id", ("4.1", "4.2", "4.4"))
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    seeds = {args["seed"] for args in public}
-    for case in task.hidden_cases:
-        assert case.args not in public
-        assert case.args["seed"] not in seeds
-    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
-    assert any(case.args["T"] == 1 for case in task.hidden_cases)
+def test_every_task_has_a_hidden_case_of_one_position(task_id):
+    assert any(case.args["T"] == 1 for case in checks.get_task(task_id).hidden_cases)
 
 
 def test_hidden_causal_masks_have_other_lengths():
@@ -672,87 +689,28 @@ def test_the_causal_mask_by_hand():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = checks.run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_float64_computation_of_float32_inputs_is_close_enough():
     def via_float64(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask)
         return out.to(q.dtype), weights.to(q.dtype)
 
-    assert checks.run_task("4.2", via_float64, hidden=True).status == "passed"
+    assert run_task("4.2", via_float64, hidden=True).status == "passed"
 
 
 def test_a_minus_1e9_mask_fails_only_where_scores_are_below_it():
     """The convention is float("-inf"); -1e9 gives the same weights except in the one public
     case whose scores are far below -1e9."""
-    result = checks.run_task("4.2", sdpa_mask_minus_1e9, hidden=True)
+    result = run_task("4.2", sdpa_mask_minus_1e9, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == [checks.get_task("4.2").cases[4].name]
     assert bad[0].message.startswith(ch04.HINT_MASK_FINITE)
-    assert checks.run_task("4.4", _layer_with(attend=sdpa_mask_minus_1e9),
+    assert run_task("4.4", _layer_with(attend=sdpa_mask_minus_1e9),
                            hidden=True).status == "passed"
-
-
-def test_public_run_is_public_only():
-    result = checks.run_task("4.2", sa.scaled_dot_product_attention)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("4.2").max_points(public_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Wrong implementations: lose points and get the hint that names their mistake
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = checks.run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = checks.run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake, or the case's shapes make it crash (a
-    RuntimeError hint), or they expose it (a shape hint)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            if result.status == "error" or "of shape" in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
 
 
 def test_the_finite_fills_and_the_zero_fill_are_told_apart():
@@ -763,7 +721,7 @@ def test_the_finite_fills_and_the_zero_fill_are_told_apart():
                for func in (sdpa_mask_with_zero, sdpa_mask_minus_1e4, sdpa_mask_minus_1e9,
                             scaled_dot_product_attention)}
     assert len(set(outputs.values())) == 4
-    result = checks.run_task("4.2", sdpa_mask_with_zero)
+    result = run_task("4.2", sdpa_mask_with_zero)
     assert all(c.message.startswith(ch04.HINT_MASK_ZERO) for c in result.cases if c.message)
 
 
@@ -771,10 +729,10 @@ def test_shapes_name_the_mistake_where_values_cannot():
     """Where the widths differ, an untransposed key or weight matrix cannot even run: the
     error's hint names the shapes. In the case where every size agrees, the numbers name it."""
     for func in (qkv_k_not_transposed, qkv_weights_not_transposed):
-        result = checks.run_task("4.1", func)
+        result = run_task("4.1", func)
         assert [case.status for case in result.cases] == ["error", "failed", "error"]
         assert all("x @ w_q.T" in case.message for case in result.cases if case.status == "error")
-    result = checks.run_task("4.2", sdpa_k_not_transposed)
+    result = run_task("4.2", sdpa_k_not_transposed)
     assert [case.status for case in result.cases] == ["error", "error", "error", "failed",
                                                       "error"]
     assert all("k.transpose(-2, -1)" in case.message for case in result.cases)
@@ -783,31 +741,31 @@ def test_shapes_name_the_mistake_where_values_cannot():
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")
 def test_a_transposition_right_only_for_3d_inputs_fails_the_other_layouts():
     for func in (sdpa_transpose_1_2, sdpa_k_dot_t):
-        result = checks.run_task("4.2", func, hidden=True)
+        result = run_task("4.2", func, hidden=True)
         hidden = {case.name: case for case in result.cases if case.hidden}
         four_d = [case for name, case in hidden.items() if "(B, H, T, S)" in name]
         assert four_d and all(case.status == "error" for case in four_d), func.__name__
         assert all(case.message.startswith("raised RuntimeError.") and "k.transpose(-2, -1)"
                    in case.message for case in four_d)
-    result = checks.run_task("4.2", sdpa_transpose_1_2, hidden=True)
+    result = run_task("4.2", sdpa_transpose_1_2, hidden=True)
     assert all(case.status == "passed" for case in result.cases if not case.hidden)
     unbatched = next(case for case in result.cases if "no batch dims" in case.name)
     assert unbatched.status == "error" and unbatched.message.startswith("raised IndexError.")
 
 
 def test_public_failures_show_the_specifics():
-    result = checks.run_task("4.1", qkv_no_scale)
+    result = run_task("4.1", qkv_no_scale)
     detail = result.cases[0].message.removeprefix(ch04.HINT_NO_SCALE).strip()
     assert detail.startswith("scores[") and "expected" in detail and "values differ)." in detail
-    result = checks.run_task("4.2", sdpa_returns_weights_first)
+    result = run_task("4.2", sdpa_returns_weights_first)
     assert result.cases[0].message.endswith("Expected out of shape (2, 3, 6), got (2, 3, 5).")
-    result = checks.run_task("4.2", sdpa_naive_softmax)
+    result = run_task("4.2", sdpa_naive_softmax)
     assert "got nan" in result.cases[3].message
     assert [case.status for case in result.cases[:3]] == ["passed"] * 3
-    result = checks.run_task("4.3", mask_one_ahead)
+    result = run_task("4.3", mask_one_ahead)
     assert result.cases[0].message.endswith("mask[0, 1]: expected False, got True "
                                             "(3 of 16 values differ).")
-    result = checks.run_task("4.3", mask_as_floats)
+    result = run_task("4.3", mask_as_floats)
     assert result.cases[0].message.endswith("Expected dtype torch.bool, got torch.float32.")
 
 
@@ -821,9 +779,9 @@ def test_the_float_masks_are_named_whatever_their_pattern():
     def minus_1e9_additive(T):
         return torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -1e9)
 
-    assert ch04.HINT_CAUSAL_UPPER in checks.run_task("4.3", float_upper).cases[0].message
-    assert ch04.HINT_MASK_BOOL in checks.run_task("4.3", int_mask).cases[0].message
-    assert ch04.HINT_MASK_ADDITIVE in checks.run_task("4.3", minus_1e9_additive).cases[0].message
+    assert ch04.HINT_CAUSAL_UPPER in run_task("4.3", float_upper).cases[0].message
+    assert ch04.HINT_MASK_BOOL in run_task("4.3", int_mask).cases[0].message
+    assert ch04.HINT_MASK_ADDITIVE in run_task("4.3", minus_1e9_additive).cases[0].message
 
 
 def test_dtype_mismatch_is_named_in_the_float64_case():
@@ -831,7 +789,7 @@ def test_dtype_mismatch_is_named_in_the_float64_case():
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         return out.float(), weights.float()
 
-    result = checks.run_task("4.2", float32_out, hidden=True)
+    result = run_task("4.2", float32_out, hidden=True)
     failed = [case for case in result.cases if case.status != "passed"]
     assert all("float64" in case.name for case in failed) and len(failed) == 2
     assert {case.message for case in failed} == {ch04.HINT_DTYPE}
@@ -843,14 +801,14 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
             raise IndexError("index 1 is out of bounds")
         return self_attention(x, w_q, w_k, w_v, causal)
 
-    result = checks.run_task("4.4", no_single_position, hidden=True)
+    result = run_task("4.4", no_single_position, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == ["hidden: one position, causal"]
     assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
 
 
 def test_exceptions_become_errors_with_hints():
-    result = checks.run_task("4.2", sdpa_if_mask)
+    result = run_task("4.2", sdpa_if_mask)
     errors = [case for case in result.cases if case.status == "error"]
     assert len(errors) == 3
     assert all(case.message.startswith("raised RuntimeError: Boolean value of Tensor")
@@ -861,74 +819,17 @@ def test_exceptions_become_errors_with_hints():
     def no_default(q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, mask)
 
-    result = checks.run_task("4.2", no_default)
+    result = run_task("4.2", no_default)
     assert result.cases[0].status == "error" and "default mask=None" in result.cases[0].message
     assert result.cases[1].status == "passed"
 
 
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = checks.run_task("4.4", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("4.1", lambda *a: qkv_scores(*a)[3],
-         "expected a tuple of 4 (q, k, v, scores), got Tensor"),
-        ("4.1", lambda *a: qkv_scores(*a)[:3], "got a tuple of 3"),
-        ("4.2", lambda *a: scaled_dot_product_attention(*a)[0],
-         "expected a pair (out, weights), got Tensor"),
-        ("4.2", lambda *a: [t.tolist() for t in scaled_dot_product_attention(*a)],
-         "expected out as a torch.Tensor, got list"),
-        ("4.3", lambda T: causal_mask(T).tolist(), "expected the mask as a torch.Tensor, got list"),
-        ("4.3", lambda T: None, "got NoneType"),
-        ("4.3", lambda T: causal_mask(T).to(torch.complex64), "got dtype torch.complex64"),
-        ("4.4", lambda *a: self_attention(*a)[0], "expected a pair (out, weights), got Tensor"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = checks.run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = checks.run_task("4.3", lambda T: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {
-        "Return a (T, T) torch.bool tensor, True where query t may attend to key s."
-    }
-
-
-def test_nan_and_inf_never_pass():
+def test_a_mask_of_nan_or_inf_never_passes():
     for value in (math.nan, math.inf):
-        def returns(q, k, v, mask=None, value=value):
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
-            return torch.full_like(out, value), weights
-
-        result = checks.run_task("4.2", returns, hidden=True)
-        assert result.points == 0
-        assert ch04.HINT_NOT_FINITE in result.cases[0].message
-
         def mask_of(T, value=value):
             return torch.full((T, T), value)
 
-        assert checks.run_task("4.3", mask_of, hidden=True).points == 0
+        assert run_task("4.3", mask_of, hidden=True).points == 0
 
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
@@ -938,118 +839,22 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
     def mask_as_view(T):
         return torch.ones(T + 1, T + 1, dtype=torch.bool).tril()[1:, :-1].tril()
 
-    assert checks.run_task("4.4", with_grad, hidden=True).status == "passed"
-    assert checks.run_task("4.3", mask_as_view, hidden=True).status == "passed"
+    assert run_task("4.4", with_grad, hidden=True).status == "passed"
+    assert run_task("4.3", mask_as_view, hidden=True).status == "passed"
 
 
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating(q, k, v, mask=None):
-        result = scaled_dot_product_attention(q, k, v, mask)
-        for tensor in (q, k, v):
-            tensor.zero_()
-        if mask is not None:
-            mask.fill_(False)
-        return result
-
-    def mutating_weights(x, w_q, w_k, w_v, causal=False):
-        result = self_attention(x, w_q, w_k, w_v, causal)
-        w_q.zero_()
-        x.fill_(2.0)
-        return result
-
-    assert checks.run_task("4.2", mutating, hidden=True).status == "passed"
-    assert checks.run_task("4.4", mutating_weights, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-        result = checks.run_task(task_id, lambda *args: (AlwaysEqual(),) * 4, hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
+def test_the_square_subsequent_mask_is_forbidden_in_the_causal_mask():
     from coursepkg.grading.worker import Tripwire
 
-    for task_id in TASK_IDS:
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.self_attention" in tripwire.prefixes
-        assert tripwire.forbidden_callable(sa.scaled_dot_product_attention) is not None
-        assert tripwire.forbidden_callable(sa.SelfAttention.forward) is not None
-        sdpa = tripwire.forbidden_callable(F.scaled_dot_product_attention)
-        assert sdpa == "torch.nn.functional.scaled_dot_product_attention"
-        mha = tripwire.forbidden_callable(torch.nn.MultiheadAttention.forward)
-        assert mha == "torch.nn.MultiheadAttention"
-        for allowed in (torch.softmax, torch.Tensor.masked_fill, torch.tril, torch.matmul,
-                        F.linear, torch.Tensor.transpose):
-            assert tripwire.forbidden_callable(allowed) is None
     masks = Tripwire(checks.get_task("4.3"))
     helper = torch.nn.Transformer.generate_square_subsequent_mask
     assert masks.forbidden_callable(helper) == (
         "torch.nn.Transformer.generate_square_subsequent_mask")
-    layer = Tripwire(checks.get_task("4.4"))
-    assert layer.forbidden_callable(ch04.self_attention) is not None  # the reference
-
-
-# ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch04).items() if name.startswith("HINT_")}
-    hints |= {f"{ch04.HINT_LAYER_ATTENTION_WRONG} {hint}"
-              for hint, _ in ch04._attention_mistakes()}
-    hints |= {f"{ch04.HINT_LAYER_MASK_WRONG} {hint}" for hint, _ in ch04._mask_mistakes()}
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None, sdpa_transpose_1_2]
-    for func in funcs:
-        result = checks.run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
 
 
 # ---------------------------------------------------------------------------------------------
 # The split used by the grader: student half, JSON, trusted half
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:4]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(
-                    task, case, json.loads(json.dumps(plain, allow_nan=True)))
-            assert remote == direct
 
 
 def test_nan_and_inf_survive_the_trip_through_json():
@@ -1066,101 +871,15 @@ def test_nan_and_inf_survive_the_trip_through_json():
     assert result.status == "failed" and result.message.startswith(ch04.HINT_MASK_ADDITIVE)
 
 
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("4.2")
-    case = task.cases[0]
-    good = checks.student_output(task, case, sa.scaled_dot_product_attention)
-    out, weights = good
-    forged = [
-        None, 3.5, "text", [out], [out, weights, weights], [weights, out], {"a": 1},
-        [{**out, "shape": [2, 3, 5]}, weights], [{**out, "data": ["1"] * 36}, weights],
-        [out, {**weights, "dtype": 3}], [out, {**weights, "extra": 1}],
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-    masks = checks.get_task("4.3")
-    good = checks.student_output(masks, masks.cases[0], causal_mask)
-    for value in (None, {**good, "data": [2] * 16}, {**good, "data": [True] * 16},
-                  {**good, "shape": [16]}, {**good, "dtype": None}):
-        assert checks.grade_output(masks, masks.cases[0], value).status == "failed", value
-    assert checks.grade_output(masks, masks.cases[0], good).status == "passed"
-
-
 # ---------------------------------------------------------------------------------------------
 # check(): prints a deterministic report, never raises
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "4.2", sdpa_where_stable_softmax)
-    assert out.splitlines()[0] == "Task 4.2 scaled_dot_product_attention: 5/5 points"
-    assert "  PASS  [1/1] large scores (about 1000): the softmax must not overflow" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "4.3", causal_mask_loop)
-    assert out.splitlines()[0] == "Task 4.3 causal_mask: 2/2 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "4.2", sdpa_mask_minus_1e9)
-    assert out.startswith("Task 4.2 scaled_dot_product_attention: 4/5 points\n")
-    assert ("  FAIL  [0/1] scores from -8e3 down to -1.7e10, causal mask: masked keys must get "
-            "0: " + ch04.HINT_MASK_FINITE) in out
-    out = check_output(capsys, "4.3", mask_diagonal_hidden)
-    assert out.startswith("Task 4.3 causal_mask: 0/2 points\n")
-    assert "  FAIL  [0/1] T = 4: " + ch04.HINT_CAUSAL_DIAGONAL in out
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "4.1", stub)
-    assert out == (
-        "Task 4.1 qkv_scores: not attempted (0/3 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("causal_mask", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "4.3", func)
-    assert out.startswith("Task 4.3 causal_mask: not attempted (0/2 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     def broken(x, w_q, w_k, w_v):
         return x @ w_q  # shapes that do not fit
 
     out = check_output(capsys, "4.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "q = x @ w_q.T" in out
-    out = check_output(capsys, "4.4", lambda *args: AlwaysEqual())
-    assert "0/3 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "4.2", sdpa_mask_with_zero)
-    assert check_output(capsys, "4.2", sdpa_mask_with_zero) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (qkv_scores_linear_einsum, sdpa_additive_einsum,
-                                        causal_mask_compare, self_attention_inline), strict=True):
-        check_output(capsys, task_id, func)
-    for task_id in TASK_IDS:  # the references build a SelfAttention module
-        check_output(capsys, task_id, checks.get_task(task_id).reference)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("4.2", interrupted)

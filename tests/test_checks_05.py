@@ -1,10 +1,8 @@
-"""Tests of the checks of chapter 5 (coursepkg.checks.ch05_multihead): the checks are graded
-code too.
+"""The checks of chapter 5 (coursepkg.checks.ch05_multihead): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to correct
-implementations written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
@@ -15,18 +13,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, forged_pairs, run_task
 from torch import nn
 
 from coursepkg import checks
 from coursepkg import multihead as mh
 from coursepkg.checks import ch04_self_attention as ch04
 from coursepkg.checks import ch05_multihead as ch05
-from coursepkg.checks import core
 from coursepkg.self_attention import scaled_dot_product_attention
 
 TASK_IDS = ("5.1", "5.2", "5.3")
-FUNC_NAMES = ("split_heads", "merge_heads", "multi_head_attention")
 NEG_INF = float("-inf")
 
 
@@ -366,15 +362,72 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 5.1: write split_heads")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = Chapter(
+    assignment="05_multihead",
+    tasks={"5.1": ("split_heads", 3, 8), "5.2": ("merge_heads", 3, 8),
+           "5.3": ("multi_head_attention", 5, 14)},
+    hints=ch05,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=3,
+    min_hidden=5,
+    public_points=(3, 5),
+    forbidden=("coursepkg.multihead", "coursepkg.checks", "torch.nn.MultiheadAttention",
+               "torch.nn.functional.scaled_dot_product_attention",
+               "torch.nn.functional.multi_head_attention_forward"),
+    package="coursepkg.multihead",
+    not_finite_hint=ch05.HINT_NOT_FINITE,
+    failure_reports=(
+        ("5.3", mha_mask_not_per_head, "Task 5.3 multi_head_attention: 4/5 points",
+         ("  FAIL  [0/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2: "
+          + ch05.HINT_MASK_NOT_PER_HEAD,)),
+        ("5.1", split_no_transpose, "Task 5.1 split_heads: 0/3 points",
+         ("  FAIL  [0/1] every size 2 (B = T = H = Dh = 2, D = 4): ",)),
+        ("5.3", mha_sqrt_d_model, "Task 5.3 multi_head_attention: 0/5 points",
+         (ch05.HINT_SCALE_D_HEAD,)),
+    ),
+    # chapter 4's function is the previous exercise: task 5.3 may call it
+    allowed=("coursepkg.self_attention",),
+    more_hints=frozenset(
+        {ch04.HINT_PAIR_ORDER}
+        | {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
+        | {f"{ch05.HINT_MHA_SPLIT_WRONG} {hint}" for hint, _ in ch05._SPLIT_MISTAKES}
+        | {f"{ch05.HINT_MHA_MERGE_WRONG} {hint}" for hint, _ in ch05._MERGE_MISTAKES}),
+    wrong_types=(
+        ("5.1", lambda x, n: split_heads(x, n).tolist(),
+         "expected the heads as a torch.Tensor, got list"),
+        ("5.1", lambda x, n: split_heads(x, n).unbind(1), "got tuple"),
+        ("5.2", lambda x: None, "expected the merged heads as a torch.Tensor, got NoneType"),
+        ("5.2", lambda x: merge_heads(x).long(), "got dtype torch.int64"),
+        ("5.3", lambda *a: multi_head_attention(*a)[0],
+         "expected a pair (out, weights), got Tensor"),
+        ("5.3", lambda *a: (*multi_head_attention(*a), None), "got a tuple of 3"),
+    ),
+    hidden_type_hints={"5.3": "Return a pair (out, weights) of tensors."},
+    forged={
+        "5.1": lambda good: [{**good, "shape": [60]}, {**good, "dtype": None}],
+        "5.3": lambda good: forged_pairs(good, [2, 5, 4], 80),
+    },
+    forbidden_calls={
+        mh.split_heads: None,
+        mh.MultiHeadAttention.forward: "coursepkg.multihead",
+        F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
+        nn.MultiheadAttention.forward: "torch.nn.MultiheadAttention",
+        F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward",
+        ch05.multi_head_attention: None,
+    },
+    allowed_calls=(scaled_dot_product_attention, torch.softmax, torch.Tensor.view,
+                   torch.Tensor.transpose, torch.Tensor.reshape, F.linear, torch.cat),
+)
 
 
 def _inputs(task_id, case):
@@ -388,62 +441,18 @@ def _inputs(task_id, case):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_chapter_5_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("05_multihead")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("merge_heads", "05_multihead") is checks.get_task("5.2")
-    assert sum(task.max_points() for task in tasks) == 30
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 3
-    assert len(task.hidden_cases) >= 5
-    assert all(case.points > 0 for case in task.cases)
-    assert 3 <= task.max_points(public_only=True) <= 5
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    for name in ("coursepkg.multihead", "coursepkg.checks", "torch.nn.MultiheadAttention",
-                 "torch.nn.functional.scaled_dot_product_attention",
-                 "torch.nn.functional.multi_head_attention_forward"):
-        assert name in task.forbidden
-    # chapter 4's function is the previous exercise: task 5.3 may call it
-    assert not any(name.startswith("coursepkg.self_attention") for name in task.forbidden)
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    seeds = {args["seed"] for args in public}
-    for case in task.hidden_cases:
-        assert case.args not in public
-        assert case.args["seed"] not in seeds
-    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
-    heads = [(case.args["H"], _width(task_id, case)) for case in task.hidden_cases]
-    assert any(H == 1 for H, _ in heads)  # one head
-    assert any(Dh == 1 for _, Dh in heads)  # heads of width 1
-
-
 def _width(task_id, case):
     """Dh of a case."""
     args = case.args
     return args["Dh"] if task_id == "5.2" else args["D"] // args["H"]
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_task_has_hidden_cases_of_one_head_and_of_heads_of_width_1(task_id):
+    heads = [(case.args["H"], _width(task_id, case))
+             for case in checks.get_task(task_id).hidden_cases]
+    assert any(H == 1 for H, _ in heads)  # one head
+    assert any(Dh == 1 for _, Dh in heads)  # heads of width 1
 
 
 def test_the_reshape_cases_let_wrong_axes_keep_the_shape():
@@ -552,15 +561,6 @@ def test_references_agree_with_torch():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = checks.run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_float64_computation_of_float32_inputs_is_close_enough():
     def via_float64(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask=None):
         def d(t):
@@ -570,13 +570,7 @@ def test_float64_computation_of_float32_inputs_is_close_enough():
                                             d(w_out), d(b_out), n_heads, mask)
         return out.to(query.dtype), weights.to(query.dtype)
 
-    assert checks.run_task("5.3", via_float64, hidden=True).status == "passed"
-
-
-def test_public_run_is_public_only():
-    result = checks.run_task("5.3", ch05.multi_head_attention)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("5.3").max_points(public_only=True)
+    assert run_task("5.3", via_float64, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,53 +578,11 @@ def test_public_run_is_public_only():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = checks.run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = checks.run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake, or the case's shapes make it crash (a hint for
-    the error), or they expose it (a shape hint)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            if result.status == "error" or "of shape" in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
-
-
 def test_the_view_mistake_fails_only_where_the_memory_is_out_of_order():
     """transpose(1, 2).view(...) raises on a contiguous (B, H, T, Dh) input with H, T > 1, with
     a hint naming reshape; on split_heads' own output (a transposed view), with one head or with
     heads of width 1 it happens to work."""
-    result = checks.run_task("5.2", merge_view, hidden=True)
+    result = run_task("5.2", merge_view, hidden=True)
     by_name = {case.name: case for case in result.cases}
     for case in result.cases:
         if case.status == "error":
@@ -640,18 +592,18 @@ def test_the_view_mistake_fails_only_where_the_memory_is_out_of_order():
     works = {c.name for c in task.cases
              if c.args["layout"] == "transposed" or c.args["H"] == 1 or c.args["Dh"] == 1}
     assert {name for name, case in by_name.items() if case.status == "passed"} == works
-    public = checks.run_task("5.2", merge_view)
+    public = run_task("5.2", merge_view)
     assert all("view size is not compatible" in case.message for case in public.cases)
 
 
 def test_shapes_name_the_mistake_where_values_cannot():
     """Where the sizes differ, a transposition of the wrong axes gives the wrong shape and the
     shape names it; in the every-size-2 case the values do."""
-    result = checks.run_task("5.1", split_wrong_axes)
+    result = run_task("5.1", split_wrong_axes)
     assert [case.status for case in result.cases] == ["failed"] * 3
     assert "Expected heads of shape (2, 2, 5, 3), got (2, 3, 2, 5)." in result.cases[0].message
     assert all(case.message.startswith(ch05.HINT_SPLIT_WRONG_AXES) for case in result.cases)
-    result = checks.run_task("5.3", mha_weights_averaged)
+    result = run_task("5.3", mha_weights_averaged)
     assert "Expected weights of shape (2, 2, 5, 4), got (2, 5, 4)." in result.cases[0].message
 
 
@@ -659,12 +611,12 @@ def test_the_mask_mistakes_show_only_where_they_matter():
     """A (B, T, S) mask not unsqueezed costs the public case where B = H (wrong numbers, named)
     and the hidden one where B != H (chapter 4's attention refuses the mask); masks of other
     ranks are not affected."""
-    result = checks.run_task("5.3", mha_mask_not_per_head, hidden=True)
+    result = run_task("5.3", mha_mask_not_per_head, hidden=True)
     bad = {case.name: case for case in result.cases if case.status != "passed"}
     assert set(bad) == {checks.get_task("5.3").cases[3].name,
                         "hidden: a (B, T, S) mask with B != H"}
     assert bad["hidden: a (B, T, S) mask with B != H"].status == "error"
-    result = checks.run_task("5.3", mha_torch_mask_convention, hidden=True)
+    result = run_task("5.3", mha_torch_mask_convention, hidden=True)
     masked = [c.args["mask"] is not None for c in checks.get_task("5.3").cases]
     assert [case.status == "passed" for case in result.cases] == [not m for m in masked]
 
@@ -672,9 +624,9 @@ def test_the_mask_mistakes_show_only_where_they_matter():
 def test_chunk_orders_and_biases_show_in_every_case_they_can():
     task = checks.get_task("5.3")
     for func in (mha_kqv_order, mha_vkq_order):
-        assert checks.run_task("5.3", func).points == 0
+        assert run_task("5.3", func).points == 0
     for func in (mha_no_in_bias, mha_no_out_bias):
-        result = checks.run_task("5.3", func, hidden=True)
+        result = run_task("5.3", func, hidden=True)
         assert [case.status == "passed" for case in result.cases] == [
             not c.args["bias"] for c in task.cases]
 
@@ -682,24 +634,24 @@ def test_chunk_orders_and_biases_show_in_every_case_they_can():
 def test_one_head_and_heads_of_width_1_are_the_edge_cases_they_should_be():
     """With H = 1 the split without transpose and the scale by sqrt(D) are right; with Dh = 1
     the interleaved split is."""
-    result = checks.run_task("5.3", mha_sqrt_d_model, hidden=True)
+    result = run_task("5.3", mha_sqrt_d_model, hidden=True)
     passed = {case.name for case in result.cases if case.status == "passed"}
     assert passed == {"hidden: one head (H = 1)"}
-    result = checks.run_task("5.1", split_interleaved, hidden=True)
+    result = run_task("5.1", split_interleaved, hidden=True)
     passed = {case.name for case in result.cases if case.status == "passed"}
     assert passed == {"hidden: one head (H = 1)", "hidden: heads of width 1 (H = D)"}
 
 
 def test_public_failures_show_the_specifics():
-    result = checks.run_task("5.1", split_no_transpose)
+    result = run_task("5.1", split_no_transpose)
     detail = result.cases[0].message.removeprefix(ch05.HINT_SPLIT_NO_TRANSPOSE).strip()
     assert detail.startswith("heads[") and "expected" in detail and "values differ)." in detail
-    result = checks.run_task("5.2", merge_mean)
+    result = run_task("5.2", merge_mean)
     assert result.cases[0].message.endswith("Expected out of shape (2, 5, 6), got (2, 5, 3).")
-    result = checks.run_task("5.3", mha_returns_weights_first)
+    result = run_task("5.3", mha_returns_weights_first)
     assert result.cases[0].message.endswith(
         "Expected out of shape (2, 5, 8), got (2, 2, 5, 4).")
-    result = checks.run_task("5.1", split_float_width)
+    result = run_task("5.1", split_float_width)
     assert result.cases[0].message.startswith("raised TypeError: view(): argument 'size'")
 
 
@@ -707,7 +659,7 @@ def test_dtype_mismatch_is_named_in_the_float64_case():
     def float32_heads(x, n_heads):
         return split_heads(x, n_heads).float()
 
-    result = checks.run_task("5.1", float32_heads, hidden=True)
+    result = run_task("5.1", float32_heads, hidden=True)
     failed = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in failed] == ["hidden: float64"]
     assert failed[0].message == ch05.HINT_DTYPE
@@ -719,14 +671,14 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
             raise IndexError("index 1 is out of bounds")
         return multi_head_attention(*args)
 
-    result = checks.run_task("5.3", no_single_query, hidden=True)
+    result = run_task("5.3", no_single_query, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == ["hidden: one query, a key-padding mask"]
     assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
 
 
 def test_exceptions_become_errors_with_hints():
-    result = checks.run_task("5.3", mha_bias_never_none)
+    result = run_task("5.3", mha_bias_never_none)
     errors = [case for case in result.cases if case.status == "error"]
     assert len(errors) == 1
     assert errors[0].message.startswith("raised AttributeError: 'NoneType' object has no "
@@ -735,67 +687,10 @@ def test_exceptions_become_errors_with_hints():
     def no_default(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask):
         return multi_head_attention(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask)
 
-    result = checks.run_task("5.3", no_default)
+    result = run_task("5.3", no_default)
     assert result.cases[0].status == "error" and "default mask=None" in result.cases[0].message
     assert result.cases[1].status == "passed"
     assert all("\n" not in case.message for case in result.cases)
-
-
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = checks.run_task("5.3", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("5.1", lambda x, n: split_heads(x, n).tolist(),
-         "expected the heads as a torch.Tensor, got list"),
-        ("5.1", lambda x, n: split_heads(x, n).unbind(1), "got tuple"),
-        ("5.2", lambda x: None, "expected the merged heads as a torch.Tensor, got NoneType"),
-        ("5.2", lambda x: merge_heads(x).long(), "got dtype torch.int64"),
-        ("5.3", lambda *a: multi_head_attention(*a)[0],
-         "expected a pair (out, weights), got Tensor"),
-        ("5.3", lambda *a: (*multi_head_attention(*a), None), "got a tuple of 3"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = checks.run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = checks.run_task("5.3", lambda *a: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {"Return a pair (out, weights) of tensors."}
-
-
-def test_nan_and_inf_never_pass():
-    for value in (math.nan, math.inf):
-        def returns(*args, value=value):
-            out, weights = multi_head_attention(*args)
-            return out, torch.full_like(weights, value)
-
-        result = checks.run_task("5.3", returns, hidden=True)
-        assert result.points == 0
-        assert ch05.HINT_NOT_FINITE in result.cases[0].message
-        assert checks.run_task("5.2", lambda x, value=value: torch.full_like(merge_heads(x), value),
-                               hidden=True).points == 0
 
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
@@ -806,115 +701,13 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
         padded = torch.cat([x, x], dim=-1)
         return split_heads(padded[..., : x.shape[-1]], n_heads)
 
-    assert checks.run_task("5.3", with_grad, hidden=True).status == "passed"
-    assert checks.run_task("5.1", as_view, hidden=True).status == "passed"
-
-
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating(*args):
-        result = multi_head_attention(*args)
-        for tensor in args:
-            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-                tensor.zero_()
-            elif isinstance(tensor, torch.Tensor):
-                tensor.fill_(False)
-        return result
-
-    def mutating_split(x, n_heads):
-        heads = split_heads(x, n_heads).clone()
-        x.fill_(3.0)
-        return heads
-
-    assert checks.run_task("5.3", mutating, hidden=True).status == "passed"
-    assert checks.run_task("5.1", mutating_split, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-        result = checks.run_task(task_id, lambda *args: (AlwaysEqual(),) * 2, hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
-    from coursepkg.grading.worker import Tripwire
-
-    for task_id in TASK_IDS:
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.multihead" in tripwire.prefixes
-        assert tripwire.forbidden_callable(mh.split_heads) is not None
-        assert tripwire.forbidden_callable(mh.MultiHeadAttention.forward) is not None
-        sdpa = tripwire.forbidden_callable(F.scaled_dot_product_attention)
-        assert sdpa == "torch.nn.functional.scaled_dot_product_attention"
-        mha = tripwire.forbidden_callable(nn.MultiheadAttention.forward)
-        assert mha == "torch.nn.MultiheadAttention"
-        fused = tripwire.forbidden_callable(F.multi_head_attention_forward)
-        assert fused == "torch.nn.functional.multi_head_attention_forward"
-        for allowed in (scaled_dot_product_attention, torch.softmax, torch.Tensor.view,
-                        torch.Tensor.transpose, torch.Tensor.reshape, F.linear, torch.cat):
-            assert tripwire.forbidden_callable(allowed) is None
-    assert Tripwire(checks.get_task("5.3")).forbidden_callable(ch05.multi_head_attention)
-
-
-# ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch05).items() if name.startswith("HINT_")}
-    hints.add(ch04.HINT_PAIR_ORDER)
-    hints |= {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
-    hints |= {f"{ch05.HINT_MHA_SPLIT_WRONG} {hint}" for hint, _ in ch05._SPLIT_MISTAKES}
-    hints |= {f"{ch05.HINT_MHA_MERGE_WRONG} {hint}" for hint, _ in ch05._MERGE_MISTAKES}
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None]
-    for func in funcs:
-        result = checks.run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
+    assert run_task("5.3", with_grad, hidden=True).status == "passed"
+    assert run_task("5.1", as_view, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
 # The split used by the grader: student half, JSON, trusted half
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:4]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(
-                    task, case, json.loads(json.dumps(plain, allow_nan=True)))
-            assert remote == direct
 
 
 def test_nan_survives_the_trip_through_json():
@@ -929,97 +722,12 @@ def test_nan_survives_the_trip_through_json():
     assert result.message.startswith(ch05.HINT_MASK_TORCH_CONVENTION)
 
 
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("5.3")
-    case = task.cases[0]
-    good = checks.student_output(task, case, ch05.multi_head_attention)
-    out, weights = good
-    forged = [
-        None, 3.5, "text", [out], [out, weights, weights], [weights, out], {"a": 1},
-        [{**out, "shape": [2, 5, 4]}, weights], [{**out, "data": ["1"] * 80}, weights],
-        [out, {**weights, "dtype": 3}], [out, {**weights, "extra": 1}],
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-    task = checks.get_task("5.1")
-    good = checks.student_output(task, task.cases[0], split_heads)
-    for value in (None, [good], {**good, "shape": [60]}, {**good, "dtype": None}):
-        assert checks.grade_output(task, task.cases[0], value).status == "failed", value
-    assert checks.grade_output(task, task.cases[0], good).status == "passed"
-
-
 # ---------------------------------------------------------------------------------------------
 # check(): prints a deterministic report, never raises
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "5.3", mha_loop_over_heads)
-    assert out.splitlines()[0] == "Task 5.3 multi_head_attention: 5/5 points"
-    assert "  PASS  [1/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "5.2", merge_heads_cat)
-    assert out.splitlines()[0] == "Task 5.2 merge_heads: 3/3 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "5.3", mha_mask_not_per_head)
-    assert out.startswith("Task 5.3 multi_head_attention: 4/5 points\n")
-    assert ("  FAIL  [0/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2: "
-            + ch05.HINT_MASK_NOT_PER_HEAD) in out
-    out = check_output(capsys, "5.1", split_no_transpose)
-    assert out.startswith("Task 5.1 split_heads: 0/3 points\n")
-    assert "  FAIL  [0/1] every size 2 (B = T = H = Dh = 2, D = 4): " in out
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "5.1", stub)
-    assert out == (
-        "Task 5.1 split_heads: not attempted (0/3 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("merge_heads", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "5.2", func)
-    assert out.startswith("Task 5.2 merge_heads: not attempted (0/3 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     out = check_output(capsys, "5.2", merge_view)
     assert "ERROR [0/1]" in out and "raised RuntimeError: view size is not compatible" in out
     assert "Use .reshape(B, T, H * Dh)" in out
-    out = check_output(capsys, "5.3", lambda *args: AlwaysEqual())
-    assert "0/5 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "5.3", mha_sqrt_d_model)
-    assert check_output(capsys, "5.3", mha_sqrt_d_model) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (split_heads_stack, merge_heads_cat, mha_einsum),
-                             strict=True):
-        check_output(capsys, task_id, func)
-    for task_id in TASK_IDS:  # the reference of 5.3 builds a MultiHeadAttention module
-        check_output(capsys, task_id, checks.get_task(task_id).reference)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("5.3", interrupted)

@@ -1,30 +1,22 @@
-"""Tests of the checks of chapter 6 (coursepkg.checks.ch06_positional): the checks are graded
-code too.
+"""The checks of chapter 6 (coursepkg.checks.ch06_positional): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to correct
-implementations written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, run_task
 
 from coursepkg import checks
 from coursepkg import positional as pos
 from coursepkg.checks import ch06_positional as ch06
-from coursepkg.checks import core
-
-TASK_IDS = ("6.1", "6.2", "6.3")
-FUNC_NAMES = ("sinusoidal_table", "apply_rope", "relative_bias")
-
 
 # ---------------------------------------------------------------------------------------------
 # Correct implementations written differently from the references
@@ -436,15 +428,65 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 6.1: write sinusoidal_table")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = Chapter(
+    assignment="06_positional",
+    tasks={"6.1": ("sinusoidal_table", 3, 10), "6.2": ("apply_rope", 4, 10),
+           "6.3": ("relative_bias", 4, 10)},
+    hints=ch06,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=3,
+    min_hidden=5,
+    public_points=(3, 5),
+    forbidden=("coursepkg.positional", "coursepkg.transformer", "coursepkg.checks"),
+    package="coursepkg.positional",
+    not_finite_hint=ch06.HINT_NOT_FINITE,
+    failure_reports=(
+        ("6.2", rope_positions_ignored, "Task 6.2 apply_rope: 3/4 points",
+         ("  FAIL  [0/1] 4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached): "
+          + ch06.HINT_ROPE_POSITIONS_IGNORED,)),
+        ("6.3", bias_reversed, "Task 6.3 relative_bias: 0/4 points", ()),
+        ("6.2", rope_rotate_half, "Task 6.2 apply_rope: 0/4 points", (ch06.HINT_ROPE_HALF_SPLIT,)),
+    ),
+    seeded=("6.2", "6.3"),  # a sinusoidal table is a function of its sizes alone
+    scalar_inputs=("6.1",),
+    wrong_types=(
+        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).tolist(),
+         "expected the table as a torch.Tensor, got list"),
+        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).numpy(), "got ndarray"),
+        ("6.2", lambda x, positions=None: None,
+         "expected the rotated x as a torch.Tensor, got NoneType"),
+        ("6.2", lambda x, positions=None: (apply_rope(x, positions), x), "got tuple"),
+        ("6.3", lambda *a: relative_bias(*a).long(), "got dtype torch.int64"),
+        ("6.3", lambda *a: relative_bias(*a).unbind(0), "got tuple"),
+    ),
+    hidden_type_hints={"6.3": "Return one tensor, (H, T, S)."},
+    forged={
+        "6.1": lambda good: [{**good, "shape": [48]}, {**good, "dtype": None}],
+        "6.2": lambda good: [
+            {**good, "shape": [4, 5]}, {**good, "data": ["1"] * 20}, {**good, "dtype": 3},
+            {**good, "extra": 1}, {**good, "shape": [5, 4, 1]}, {**good, "data": good["data"][:-1]},
+        ],
+    },
+    forbidden_calls={
+        **dict.fromkeys((pos.sinusoidal_encoding, pos.rope_angles, pos.RelativePositionBias.forward,
+                         pos.RelativePositionBias.offsets, pos.LearnedPositionalEmbedding.forward),
+                        "coursepkg.positional"),
+        pos.apply_rope: None, ch06.sinusoidal_table: None, ch06.relative_bias: None,
+    },
+    allowed_calls=(torch.sin, torch.cos, torch.stack, torch.cat, torch.arange, torch.Tensor.clamp,
+                   torch.Tensor.flatten, torch.polar, torch.view_as_complex, F.one_hot,
+                   torch.einsum),
+)
 
 
 def _args(task_id, case):
@@ -460,51 +502,6 @@ def _offsets_beyond(case):
 # ---------------------------------------------------------------------------------------------
 # The registry and the cases
 # ---------------------------------------------------------------------------------------------
-
-
-def test_chapter_6_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("06_positional")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("apply_rope", "06_positional") is checks.get_task("6.2")
-    assert sum(task.max_points() for task in tasks) == 30
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 3
-    assert len(task.hidden_cases) >= 5
-    assert all(case.points > 0 for case in task.cases)
-    assert 3 <= task.max_points(public_only=True) <= 5
-    assert task.max_points() == sum(case.points for case in task.cases) == 10
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    for name in ("coursepkg.positional", "coursepkg.transformer", "coursepkg.checks"):
-        assert name in task.forbidden
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    for case in task.hidden_cases:
-        assert case.args not in public
-        if "seed" in case.args:
-            assert case.args["seed"] not in {args["seed"] for args in public}
-    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
 
 
 def test_the_edge_cases_are_there():
@@ -621,26 +618,11 @@ def test_references_agree_with_the_formulas():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = checks.run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_float32_angles_are_close_enough_for_the_float32_cases():
     for task_id, func in (("6.1", table_in_float32), ("6.2", rope_in_float32)):
-        result = checks.run_task(task_id, func, hidden=True)
+        result = run_task(task_id, func, hidden=True)
         failed = [case.name for case in result.cases if case.status != "passed"]
         assert failed == ["hidden: float64"], (task_id, failed)
-
-
-def test_public_run_is_public_only():
-    result = checks.run_task("6.2", apply_rope)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("6.2").max_points(public_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,63 +630,10 @@ def test_public_run_is_public_only():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = checks.run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = checks.run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake, or the case's shapes make it crash (a hint for
-    the error), or they expose it (a shape hint)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, checks.run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            if result.status == "error" or "of shape" in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
-
-
-def test_every_hidden_failure_of_a_wrong_implementation_names_a_mistake():
-    """In hidden cases too a wrong implementation gets a hint naming a mistake, never the
-    generic one (a twin's hint where the case cannot tell them apart)."""
-    generic = {ch06.HINT_TABLE_GENERIC, ch06.HINT_ROPE_GENERIC, ch06.HINT_BIAS_GENERIC}
-    for task_id, wrongs in WRONG.items():
-        for func, _ in wrongs:
-            for case in checks.run_task(task_id, func, hidden=True).cases:
-                assert case.status == "passed" or not any(
-                    case.message.startswith(g) for g in generic), (func.__name__, case.name)
-
-
 def test_sine_cosine_and_position_mistakes_show_in_every_case():
     for func in (table_sin_cos_swapped, table_from_1, table_sines_only):
-        assert checks.run_task("6.1", func, hidden=True).points == 0
-    result = checks.run_task("6.2", rope_sign_flipped, hidden=True)
+        assert run_task("6.1", func, hidden=True).points == 0
+    result = run_task("6.2", rope_sign_flipped, hidden=True)
     passed = {case.name for case in result.cases if case.status == "passed"}
     assert passed == {"hidden: one position (T = 1)"}  # position 0 is not rotated at all
 
@@ -713,7 +642,7 @@ def test_exponent_mistakes_hide_only_where_there_is_one_frequency_or_one_positio
     """With d = 2 there is one pair, i = 0, and every exponent gives w_0 = 1; with T = 1 every
     angle is 0."""
     for func in (table_exponent_i, table_range_step_doubled, table_positive_exponent):
-        result = checks.run_task("6.1", func, hidden=True)
+        result = run_task("6.1", func, hidden=True)
         passed = {case.name for case in result.cases if case.status == "passed"}
         assert passed == {"hidden: one position (T = 1)", "hidden: one frequency (d = 2)"}
 
@@ -722,7 +651,7 @@ def test_the_positive_exponent_is_named_despite_float32_rounding_of_huge_angles(
     """p * 10000^(2i/d) reaches thousands of radians, where float32 rounding moves sin by
     more than the usual tolerance; the mistake is still named, and the right table is not
     taken for it."""
-    result = checks.run_task("6.1", table_positive_exponent, hidden=True)
+    result = run_task("6.1", table_positive_exponent, hidden=True)
     for case in result.cases:
         if case.status != "passed":
             assert case.message.startswith(ch06.HINT_EXPONENT_SIGN), case.name
@@ -737,10 +666,10 @@ def test_pairing_mistakes_hide_only_where_there_is_one_pair_or_one_position():
     """With one pair every pairing is the same; at position 0 nothing turns, but features
     put back in the wrong order still show."""
     for func in (rope_rotate_half, rope_rotate_half_interleaved_angles):
-        result = checks.run_task("6.2", func, hidden=True)
+        result = run_task("6.2", func, hidden=True)
         passed = {case.name for case in result.cases if case.status == "passed"}
         assert passed == {"hidden: one position (T = 1)", "hidden: one pair (Dh = 2)"}, func
-    result = checks.run_task("6.2", rope_not_interleaved, hidden=True)
+    result = run_task("6.2", rope_not_interleaved, hidden=True)
     assert {case.name for case in result.cases if case.status == "passed"} == {
         "hidden: one pair (Dh = 2)"}
 
@@ -750,9 +679,9 @@ def test_the_position_mistakes_show_only_where_they_matter():
     cases with them."""
     task = checks.get_task("6.2")
     given = [case.args["positions"] is not None for case in task.cases]
-    result = checks.run_task("6.2", rope_from_1, hidden=True)
+    result = run_task("6.2", rope_from_1, hidden=True)
     assert [case.status == "passed" for case in result.cases] == given
-    result = checks.run_task("6.2", rope_positions_ignored, hidden=True)
+    result = run_task("6.2", rope_positions_ignored, hidden=True)
     assert [case.status == "passed" for case in result.cases] == [not g for g in given]
     for case in result.cases:
         if case.status != "passed":
@@ -764,7 +693,7 @@ def test_the_clipping_mistakes_show_only_where_offsets_exceed_m():
     and a negative one wraps round (named by the values); where no offset exceeds M the
     unclipped lookup is right."""
     task = checks.get_task("6.3")
-    result = checks.run_task("6.3", bias_not_clipped, hidden=True)
+    result = run_task("6.3", bias_not_clipped, hidden=True)
     for case, outcome in zip(task.cases, result.cases, strict=True):
         below, above = _offsets_beyond(case)
         if not (below or above):
@@ -774,10 +703,10 @@ def test_the_clipping_mistakes_show_only_where_offsets_exceed_m():
             assert "clip them to [-M, M]" in outcome.message
         else:
             assert outcome.status in ("failed", "error"), case.name
-    result = checks.run_task("6.3", bias_clipped_above_only, hidden=True)
+    result = run_task("6.3", bias_clipped_above_only, hidden=True)
     for case, outcome in zip(task.cases, result.cases, strict=True):
         assert (outcome.status == "passed") == (not _offsets_beyond(case)[0]), case.name
-    result = checks.run_task("6.3", bias_clip_exclusive, hidden=True)
+    result = run_task("6.3", bias_clip_exclusive, hidden=True)
     for case, outcome in zip(task.cases, result.cases, strict=True):
         T, S, M = case.args["T"], case.args["S"], case.args["M"]
         touches = T - 1 >= M or S - 1 >= M  # some offset reaches +-M
@@ -786,7 +715,7 @@ def test_the_clipping_mistakes_show_only_where_offsets_exceed_m():
 
 def test_the_heads_last_mistake_is_named_even_when_the_shape_is_right():
     """(T, S, H) is named from its shape, and from its values where H = T = S."""
-    result = checks.run_task("6.3", bias_heads_last)
+    result = run_task("6.3", bias_heads_last)
     assert all(case.message.startswith(ch06.HINT_BIAS_HEADS_LAST) for case in result.cases)
     square = [c for c in checks.get_task("6.3").public_cases
               if c.args["H"] == c.args["T"] == c.args["S"]]
@@ -801,7 +730,7 @@ def test_precision_and_dtype_slips_are_named_in_the_float64_case():
         ("6.2", rope_returns_float32, ch06.HINT_DTYPE),
         ("6.3", lambda *args: relative_bias(*args).float(), ch06.HINT_DTYPE),
     ]:
-        result = checks.run_task(task_id, func, hidden=True)
+        result = run_task(task_id, func, hidden=True)
         failed = [case for case in result.cases if case.status != "passed"]
         assert [case.name for case in failed] == ["hidden: float64"], (task_id, hint)
         assert failed[0].message == hint
@@ -814,25 +743,25 @@ def test_a_table_rounded_to_float32_and_back_is_within_float64_tolerance():
     def rounded(table, *rest):
         return relative_bias(table.float(), *rest).to(table.dtype)
 
-    assert checks.run_task("6.3", rounded, hidden=True).status == "passed"
+    assert run_task("6.3", rounded, hidden=True).status == "passed"
 
 
 def test_a_mistake_computed_in_float32_is_still_named_in_the_float64_case():
     def halves_in_float32(T, d, dtype=torch.float32):
         return table_halves(T, d).to(dtype)
 
-    result = checks.run_task("6.1", halves_in_float32, hidden=True)
+    result = run_task("6.1", halves_in_float32, hidden=True)
     (case,) = [c for c in result.cases if c.name == "hidden: float64"]
     assert case.message == ch06.HINT_HALVES
 
 
 def test_public_failures_show_the_specifics():
-    result = checks.run_task("6.1", table_from_1)
+    result = run_task("6.1", table_from_1)
     detail = result.cases[0].message.removeprefix(ch06.HINT_POSITIONS_FROM_1).strip()
     assert detail.startswith("table[") and "expected" in detail and "values differ)." in detail
-    result = checks.run_task("6.2", rope_pairs_not_flattened)
+    result = run_task("6.2", rope_pairs_not_flattened)
     assert result.cases[0].message.endswith("Expected out of shape (5, 4), got (5, 2, 2).")
-    result = checks.run_task("6.3", bias_square)
+    result = run_task("6.3", bias_square)
     assert result.cases[1].message.endswith("Expected bias of shape (3, 4, 7), got (3, 4, 4).")
 
 
@@ -842,80 +771,24 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
             raise IndexError("index 1 is out of bounds")
         return apply_rope(x, positions)
 
-    result = checks.run_task("6.2", no_single_position, hidden=True)
+    result = run_task("6.2", no_single_position, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
     assert [case.name for case in bad] == ["hidden: one position (T = 1)"]
     assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
 
 
 def test_exceptions_become_errors_with_hints():
-    result = checks.run_task("6.2", rope_no_default)
+    result = run_task("6.2", rope_no_default)
     statuses = [case.status for case in result.cases]
     assert statuses == ["error", "error", "error", "passed"]
     assert "default positions=None" in result.cases[0].message
-    result = checks.run_task("6.2", rope_positions_never_none)
+    result = run_task("6.2", rope_positions_never_none)
     assert result.cases[0].message.startswith("raised AttributeError: 'NoneType' object has no "
                                               "attribute 'to'")
     assert "use torch.arange(T) then" in result.cases[0].message
-    result = checks.run_task("6.3", bias_not_clipped)
+    result = run_task("6.3", bias_not_clipped)
     assert result.cases[0].message.startswith("raised IndexError: index 5 is out of bounds")
     assert all("\n" not in case.message for case in result.cases)
-
-
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = checks.run_task("6.3", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).tolist(),
-         "expected the table as a torch.Tensor, got list"),
-        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).numpy(), "got ndarray"),
-        ("6.2", lambda x, positions=None: None,
-         "expected the rotated x as a torch.Tensor, got NoneType"),
-        ("6.2", lambda x, positions=None: (apply_rope(x, positions), x), "got tuple"),
-        ("6.3", lambda *a: relative_bias(*a).long(), "got dtype torch.int64"),
-        ("6.3", lambda *a: relative_bias(*a).unbind(0), "got tuple"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = checks.run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = checks.run_task("6.3", lambda *a: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {"Return one tensor, (H, T, S)."}
-
-
-def test_nan_and_inf_never_pass():
-    for value in (math.nan, math.inf):
-        for task_id, func in (("6.1", sinusoidal_table), ("6.2", apply_rope),
-                              ("6.3", relative_bias)):
-            def returns(*args, value=value, func=func):
-                return torch.full_like(func(*args), value)
-
-            result = checks.run_task(task_id, returns, hidden=True)
-            assert result.points == 0
-            assert ch06.HINT_NOT_FINITE in result.cases[0].message
 
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
@@ -926,125 +799,8 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
         both = torch.cat([relative_bias(table, T, S, max_distance)] * 2, dim=-1)
         return both[..., :S]
 
-    assert checks.run_task("6.2", with_grad, hidden=True).status == "passed"
-    assert checks.run_task("6.3", as_view, hidden=True).status == "passed"
-
-
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating_rope(x, positions=None):
-        out = apply_rope(x, positions).clone()
-        x.zero_()
-        if positions is not None:
-            positions.zero_()
-        return out
-
-    def mutating_bias(table, T, S, max_distance):
-        out = relative_bias(table, T, S, max_distance).clone()
-        table.fill_(3.0)
-        return out
-
-    assert checks.run_task("6.2", mutating_rope, hidden=True).status == "passed"
-    assert checks.run_task("6.3", mutating_bias, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = checks.run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
-    from coursepkg.grading.worker import Tripwire
-
-    for task_id in TASK_IDS:
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.positional" in tripwire.prefixes
-        for forbidden in (pos.sinusoidal_encoding, pos.apply_rope, pos.rope_angles,
-                          pos.RelativePositionBias.forward, pos.RelativePositionBias.offsets,
-                          pos.LearnedPositionalEmbedding.forward):
-            assert tripwire.forbidden_callable(forbidden) is not None, forbidden
-        for allowed in (torch.sin, torch.cos, torch.stack, torch.cat, torch.arange,
-                        torch.Tensor.clamp, torch.Tensor.flatten, torch.polar,
-                        torch.view_as_complex, F.one_hot, torch.einsum):
-            assert tripwire.forbidden_callable(allowed) is None, allowed
-    assert Tripwire(checks.get_task("6.1")).forbidden_callable(ch06.sinusoidal_table)
-    assert Tripwire(checks.get_task("6.3")).forbidden_callable(ch06.relative_bias)
-
-
-# ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch06).items() if name.startswith("HINT_")}
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None]
-    for func in funcs:
-        result = checks.run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
-
-
-# ---------------------------------------------------------------------------------------------
-# The split used by the grader: student half, JSON, trusted half
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:4]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(
-                    task, case, json.loads(json.dumps(plain, allow_nan=True)))
-            assert remote == direct
-
-
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("6.2")
-    case = task.cases[0]
-    good = checks.student_output(task, case, apply_rope)
-    forged = [
-        None, 3.5, "text", [good], {"a": 1}, {**good, "shape": [4, 5]},
-        {**good, "data": ["1"] * 20}, {**good, "dtype": 3}, {**good, "extra": 1},
-        {**good, "shape": [5, 4, 1]}, {**good, "data": good["data"][:-1]},
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-    task = checks.get_task("6.1")
-    good = checks.student_output(task, task.cases[0], sinusoidal_table)
-    for value in (None, [good], {**good, "shape": [48]}, {**good, "dtype": None}):
-        assert checks.grade_output(task, task.cases[0], value).status == "failed", value
-    assert checks.grade_output(task, task.cases[0], good).status == "passed"
+    assert run_task("6.2", with_grad, hidden=True).status == "passed"
+    assert run_task("6.3", as_view, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1052,69 +808,6 @@ def test_grade_output_rejects_forged_plain_values():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "6.2", rope_complex)
-    assert out.splitlines()[0] == "Task 6.2 apply_rope: 4/4 points"
-    assert "  PASS  [1/1] 4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached)" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "6.1", table_exp_log)
-    assert out.splitlines()[0] == "Task 6.1 sinusoidal_table: 3/3 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "6.2", rope_positions_ignored)
-    assert out.startswith("Task 6.2 apply_rope: 3/4 points\n")
-    assert ("  FAIL  [0/1] 4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached): "
-            + ch06.HINT_ROPE_POSITIONS_IGNORED) in out
-    out = check_output(capsys, "6.3", bias_reversed)
-    assert out.startswith("Task 6.3 relative_bias: 0/4 points\n")
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "6.1", stub)
-    assert out == (
-        "Task 6.1 sinusoidal_table: not attempted (0/3 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("apply_rope", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "6.2", func)
-    assert out.startswith("Task 6.2 apply_rope: not attempted (0/4 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     out = check_output(capsys, "6.3", bias_not_clipped)
     assert "ERROR [0/1]" in out and "raised IndexError: index 5 is out of bounds" in out
-    out = check_output(capsys, "6.1", lambda *args: AlwaysEqual())
-    assert "0/3 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "6.2", rope_rotate_half)
-    assert check_output(capsys, "6.2", rope_rotate_half) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (table_python_loops, rope_complex, bias_one_hot),
-                             strict=True):
-        check_output(capsys, task_id, func)
-    for task_id in TASK_IDS:  # the reference of 6.3 builds a RelativePositionBias module
-        check_output(capsys, task_id, checks.get_task(task_id).reference)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("6.2", interrupted)

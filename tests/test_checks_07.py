@@ -1,36 +1,28 @@
-"""Tests of the checks of chapter 7 (coursepkg.checks.ch07_transformer): the checks are graded
-code too.
+"""The checks of chapter 7 (coursepkg.checks.ch07_transformer): their tables and their own tests.
 
-Every task must give full marks (public and hidden) to the reference and to correct
-implementations written differently here, take points from plausible wrong implementations with
-the hint that names their mistake, and never leak hidden data. ``check`` must print and never
-raise, whatever the student hands it.
+``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
+implementations that must get full marks and those that must lose points with the hint naming
+their mistake; the tests here are what only this chapter's checks do.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import AlwaysEqual, check_output, leaky, strip_raised
+from checks_support import Chapter, check_output, run_task
 from torch import nn
 
 from coursepkg import checks, lm
 from coursepkg import transformer as tf
 from coursepkg.checks import ch07_transformer as ch07
-from coursepkg.checks import core
 from coursepkg.multihead import MultiHeadAttention
 from coursepkg.self_attention import causal_mask
 
 TASK_IDS = ("7.1", "7.2", "7.3", "7.4")
-# The results of a function on a task never change: many tests look at the same wrong
-# implementations (a sampling loop runs its model a hundred times per case).
-run_task = functools.cache(checks.run_task)
-FUNC_NAMES = ("feed_forward", "encoder_block", "decoder_block", "sample")
 NEG_INF = float("-inf")
 
 
@@ -572,15 +564,67 @@ WRONG = {
     ],
 }
 
-WRONG_PARAMS = [
-    pytest.param(task_id, func, hint, id=f"{task_id}-{func.__name__}")
-    for task_id, wrongs in WRONG.items()
-    for func, hint in wrongs
-]
-
-
 def stub(*args):
     raise NotImplementedError("Task 7.1: write feed_forward")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = Chapter(
+    assignment="07_transformer",
+    tasks={"7.1": ("feed_forward", 3, 8), "7.2": ("encoder_block", 4, 10),
+           "7.3": ("decoder_block", 4, 10), "7.4": ("sample", 5, 12)},
+    hints=ch07,
+    correct=CORRECT,
+    wrong=WRONG,
+    stub=stub,
+    min_public=3,
+    min_hidden=5,
+    public_points=(3, 5),
+    forbidden=("coursepkg.lm", "coursepkg.checks"),
+    package="coursepkg.lm",
+    not_finite_hint=ch07.HINT_NOT_FINITE,
+    failure_reports=(
+        ("7.2", block_ignores_mask, "Task 7.2 encoder_block: 2/4 points",
+         ("  FAIL  [0/1] pre-norm with a causal mask (T, T): a GPT block: "
+          + ch07.HINT_MASK_IGNORED,)),
+        ("7.3", decoder_not_causal, "Task 7.3 decoder_block: 0/4 points", ()),
+        ("7.4", sample_temperature_multiplied, "Task 7.4 sample: 2/5 points",
+         (ch07.HINT_TEMPERATURE_MULTIPLIED,)),
+    ),
+    # chapter 5's MultiHeadAttention is what the blocks are given; 7.4 calls a TransformerLM
+    allowed=("coursepkg.multihead",),
+    exact_results=("7.4",),
+    more_hints=frozenset(ch07.ENCODER_HINTS) | set(ch07.DECODER_HINTS) | set(ch07.SAMPLE_HINTS),
+    # a wrong source of keys, values or queries crashes where the lengths differ: the error's
+    # hint says where each comes from
+    crashes_excused=True,
+    wrong_types=(
+        ("7.1", lambda *a: feed_forward(*a).tolist(),
+         "expected the output as a torch.Tensor, got list"),
+        ("7.2", lambda x, attn, *rest: attn(x, x, x), "got tuple"),
+        ("7.3", lambda *a: None, "expected the block's output as a torch.Tensor, got NoneType"),
+        ("7.4", lambda *a: sample(*a).tolist(), "expected the token ids as a torch.Tensor"),
+        ("7.4", lambda *a: sample(*a).float(), "got dtype torch.float32"),
+    ),
+    hidden_type_hints={"7.4": "Return one tensor of token ids, (B, T + max_new_tokens)."},
+    forged={
+        "7.2": lambda good: [{**good, "shape": [80]}, {**good, "dtype": None}],
+        "7.4": lambda good: [
+            {**good, "shape": [4, 5]}, {**good, "tokens": ["1"] * 20},
+            {**good, "tokens": [1.0] * 20}, {**good, "extra": 1},
+            {**good, "tokens": good["tokens"][:-1]}, {**good, "tokens": [True] * 20},
+            {"shape": [2, 10], "data": good["tokens"]},
+        ],
+    },
+    forbidden_calls={lm.generate: "coursepkg.lm", ch07.encoder_block: None, ch07.sample: None},
+    allowed_calls=(MultiHeadAttention.forward, causal_mask, F.linear, F.relu, F.gelu,
+                   F.layer_norm, nn.LayerNorm.forward, nn.Sequential.forward, torch.Tensor.tril,
+                   torch.einsum, torch.multinomial, torch.topk, torch.softmax,
+                   torch.Tensor.masked_fill, torch.cat),
+)
 
 
 def _inputs(task_id, case):
@@ -590,56 +634,6 @@ def _inputs(task_id, case):
 # ---------------------------------------------------------------------------------------------
 # The registry and the cases
 # ---------------------------------------------------------------------------------------------
-
-
-def test_chapter_7_tasks_are_registered_in_order():
-    tasks = checks.tasks_for("07_transformer")
-    assert [task.id for task in tasks] == list(TASK_IDS)
-    assert [task.func_name for task in tasks] == list(FUNC_NAMES)
-    assert checks.task_by_func_name("sample", "07_transformer") is checks.get_task("7.4")
-    assert sum(task.max_points() for task in tasks) == 40
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
-    task = checks.get_task(task_id)
-    assert len(task.public_cases) >= 3
-    assert len(task.hidden_cases) >= 5
-    assert all(case.points > 0 for case in task.cases)
-    assert 3 <= task.max_points(public_only=True) <= 5
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
-    assert "coursepkg.lm" in task.forbidden and "coursepkg.checks" in task.forbidden
-    if task_id != "7.4":
-        for name in ("coursepkg.transformer", "torch.nn.TransformerEncoderLayer",
-                     "torch.nn.TransformerDecoderLayer", "torch.nn.Transformer"):
-            assert name in task.forbidden
-    # chapter 5's MultiHeadAttention is what the blocks are given; 7.4 calls a TransformerLM
-    assert not any(name.startswith("coursepkg.multihead") for name in task.forbidden)
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_case_args_are_plain_json(task_id):
-    task = checks.get_task(task_id)
-    for case in task.cases:
-        assert checks.plain_problem(case.args) is None, case.name
-        assert json.loads(json.dumps(case.args)) == case.args, case.name
-        expected = task.to_plain(task.reference(*task.build_args(case.args)))
-        assert checks.plain_problem(expected) is None
-        assert json.loads(json.dumps(expected)) == expected
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_cases_differ_from_the_public_ones(task_id):
-    task = checks.get_task(task_id)
-    public = [case.args for case in task.public_cases]
-    seeds = {args["seed"] for args in public}
-    for case in task.hidden_cases:
-        assert case.args not in public
-        assert case.args["seed"] not in seeds
-    assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
-    assert all(case.args["dtype"] == "float32" for case in task.public_cases)
 
 
 def test_the_edge_cases_are_there():
@@ -786,15 +780,6 @@ def test_references_agree_with_torch():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_correct_implementations_get_full_marks(task_id):
-    for func in CORRECT[task_id]:
-        result = run_task(task_id, func, hidden=True)
-        assert result.status == "passed", (func.__name__, [c.message for c in result.cases])
-        assert result.points == result.max_points == checks.get_task(task_id).max_points()
-        assert all(case.message == "" for case in result.cases)
-
-
 def test_the_sampler_is_checked_against_the_package():
     """The reference is coursepkg.lm.generate: the same draws whatever the model's mode."""
     task = checks.get_task("7.4")
@@ -808,69 +793,9 @@ def test_the_sampler_is_checked_against_the_package():
         assert got.shape == (case.args["B"], case.args["T"] + n)
 
 
-def test_public_run_is_public_only():
-    result = run_task("7.3", ch07.decoder_block)
-    assert not any(case.hidden for case in result.cases)
-    assert result.max_points == checks.get_task("7.3").max_points(public_only=True)
-
-
 # ---------------------------------------------------------------------------------------------
 # Wrong implementations: lose points and get the hint that names their mistake
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("task_id", "func", "hint"), WRONG_PARAMS)
-def test_wrong_implementation_loses_points_with_its_hint(task_id, func, hint):
-    public = run_task(task_id, func)
-    assert public.points < public.max_points
-    assert public.status in ("partial", "failed")
-    messages = [case.message for case in public.cases if case.status != "passed"]
-    assert any(hint in message for message in messages), messages
-    everything = run_task(task_id, func, hidden=True)
-    assert everything.points < everything.max_points
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_at_least_three_wrong_implementations_per_task(task_id):
-    assert len(WRONG[task_id]) >= 3
-    assert len({hint for _, hint in WRONG[task_id]}) >= 3
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_wrong_implementations_are_told_apart(task_id):
-    """A failed public case names the function's own mistake, unless its output there is
-    identical to that of another known mistake, or the case makes it crash (a hint for the
-    error), or its shape exposes it (a shape hint)."""
-    task = checks.get_task(task_id)
-
-    def output(func, case):
-        try:
-            return json.dumps(checks.student_output(task, case, func))
-        except Exception as exc:
-            return type(exc).__name__
-
-    for func, hint in WRONG[task_id]:
-        for case, result in zip(task.public_cases, run_task(task_id, func).cases,
-                                strict=True):
-            if result.status == "passed" or hint in result.message:
-                continue
-            if result.status == "error" or "of shape" in result.message:
-                continue
-            twins = [other for other, other_hint in WRONG[task_id]
-                     if other_hint in result.message and output(other, case) == output(func, case)]
-            assert twins, (func.__name__, case.name, result.message)
-
-
-def test_every_hidden_failure_of_a_wrong_implementation_names_a_mistake():
-    """In hidden cases too a wrong implementation that runs gets a hint naming a mistake,
-    never the generic one."""
-    generic = {ch07.HINT_FF_GENERIC, ch07.HINT_ENCODER_GENERIC, ch07.HINT_DECODER_GENERIC,
-               ch07.HINT_SAMPLE_GENERIC}
-    for task_id, wrongs in WRONG.items():
-        for func, _ in wrongs:
-            for case in run_task(task_id, func, hidden=True).cases:
-                assert case.status == "passed" or not any(
-                    case.message.startswith(g) for g in generic), (func.__name__, case.name)
 
 
 def test_the_variant_mistakes_show_in_every_case():
@@ -1037,59 +962,6 @@ def test_exceptions_become_errors_with_hints():
     assert all("\n" not in case.message for case in result.cases)
 
 
-@pytest.mark.parametrize("exc", [SystemExit(3), RecursionError("deep"), MemoryError()])
-def test_any_exception_from_student_code_is_an_error(exc):
-    def raises(*args):
-        raise exc
-
-    result = run_task("7.2", raises, hidden=True)
-    assert {case.status for case in result.cases} == {"error"}
-    assert result.points == 0 and result.status == "failed"
-
-
-def test_stub_is_not_attempted():
-    for task_id in TASK_IDS:
-        result = run_task(task_id, stub, hidden=True)
-        assert result.status == "not attempted"
-        assert result.points == 0
-        assert {case.status for case in result.cases} == {"not attempted"}
-
-
-@pytest.mark.parametrize(
-    ("task_id", "func", "expected"),
-    [
-        ("7.1", lambda *a: feed_forward(*a).tolist(),
-         "expected the output as a torch.Tensor, got list"),
-        ("7.2", lambda x, attn, *rest: attn(x, x, x), "got tuple"),
-        ("7.3", lambda *a: None, "expected the block's output as a torch.Tensor, got NoneType"),
-        ("7.4", lambda *a: sample(*a).tolist(), "expected the token ids as a torch.Tensor"),
-        ("7.4", lambda *a: sample(*a).float(), "got dtype torch.float32"),
-    ],
-)
-def test_wrong_types_fail_and_say_what_was_expected(task_id, func, expected):
-    result = run_task(task_id, func)
-    assert {case.status for case in result.cases} == {"failed"}
-    assert result.points == 0
-    assert expected in result.cases[0].message, result.cases[0].message
-
-
-def test_wrong_types_in_hidden_cases_get_the_tasks_hint():
-    result = run_task("7.4", lambda *a: None, hidden=True)
-    hidden = [case for case in result.cases if case.hidden]
-    assert {case.message for case in hidden} == {
-        "Return one tensor of token ids, (B, T + max_new_tokens)."}
-
-
-def test_nan_and_inf_never_pass():
-    for value in (math.nan, math.inf):
-        def returns(*args, value=value):
-            return torch.full_like(encoder_block(*args), value)
-
-        result = run_task("7.2", returns, hidden=True)
-        assert result.points == 0
-        assert ch07.HINT_NOT_FINITE in result.cases[0].message
-
-
 def test_a_changed_prompt_is_named():
     def shifted(*args):
         out = sample(*args).clone()
@@ -1116,54 +988,27 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
     assert result["shape"] == [2, 5, 8]
 
 
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value():
-    def mutating_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
-        out = encoder_block(x, self_attn, ff, norm1, norm2, norm_first, mask).detach().clone()
-        with torch.no_grad():
-            x.zero_()
-            norm1.weight.fill_(3.0)
-            self_attn.in_proj_weight.zero_()
-        return out
-
-    def mutating_sampler(model, idx, *rest):
-        out = sample(model, idx, *rest).clone()
-        idx.zero_()
-        with torch.no_grad():
-            model.head.weight.zero_()
-        return out
-
-    assert run_task("7.2", mutating_block, hidden=True).status == "passed"
-    assert run_task("7.4", mutating_sampler, hidden=True).status == "passed"
-
-
-def test_objects_that_claim_equality_do_not_pass():
-    for task_id in TASK_IDS:
-        result = run_task(task_id, lambda *args: AlwaysEqual(), hidden=True)
-        assert result.points == 0
-
-
-def test_the_forbidden_calls_resolve_to_real_objects():
+@pytest.mark.parametrize("task_id", ("7.1", "7.2", "7.3"))
+def test_the_blocks_may_not_use_the_packages_or_torchs_layers(task_id):
     from coursepkg.grading.worker import Tripwire
 
-    for task_id in ("7.1", "7.2", "7.3"):
-        tripwire = Tripwire(checks.get_task(task_id))
-        assert "coursepkg.transformer" in tripwire.prefixes
-        for forbidden in (tf.FeedForward.forward, tf.TransformerEncoderLayer.forward,
-                          tf.TransformerDecoderLayer.forward, lm.generate,
-                          nn.TransformerEncoderLayer.forward, nn.TransformerDecoderLayer.forward,
-                          nn.Transformer.generate_square_subsequent_mask):
-            assert tripwire.forbidden_callable(forbidden) is not None, forbidden
-        for allowed in (MultiHeadAttention.forward, causal_mask, F.linear, F.relu, F.gelu,
-                        F.layer_norm, nn.LayerNorm.forward, nn.Sequential.forward,
-                        torch.Tensor.tril, torch.einsum):
-            assert tripwire.forbidden_callable(allowed) is None, allowed
-    tripwire = Tripwire(checks.get_task("7.4"))
-    assert tripwire.forbidden_callable(lm.generate) == "coursepkg.lm"
-    for allowed in (tf.TransformerLM.forward, torch.multinomial, torch.topk, torch.softmax,
-                    torch.Tensor.masked_fill, torch.cat):
-        assert tripwire.forbidden_callable(allowed) is None, allowed
-    assert Tripwire(checks.get_task("7.2")).forbidden_callable(ch07.encoder_block)
-    assert tripwire.forbidden_callable(ch07.sample)
+    task = checks.get_task(task_id)
+    for name in ("coursepkg.transformer", "torch.nn.TransformerEncoderLayer",
+                 "torch.nn.TransformerDecoderLayer", "torch.nn.Transformer"):
+        assert name in task.forbidden
+    tripwire = Tripwire(task)
+    assert "coursepkg.transformer" in tripwire.prefixes
+    for forbidden in (tf.FeedForward.forward, tf.TransformerEncoderLayer.forward,
+                      tf.TransformerDecoderLayer.forward, nn.TransformerEncoderLayer.forward,
+                      nn.TransformerDecoderLayer.forward,
+                      nn.Transformer.generate_square_subsequent_mask):
+        assert tripwire.forbidden_callable(forbidden) is not None, forbidden
+
+
+def test_the_sampler_may_call_the_model():
+    from coursepkg.grading.worker import Tripwire
+
+    assert Tripwire(checks.get_task("7.4")).forbidden_callable(tf.TransformerLM.forward) is None
 
 
 def test_the_student_may_call_the_modules_it_is_given():
@@ -1205,151 +1050,10 @@ def test_the_student_may_call_the_modules_it_is_given():
 
 
 # ---------------------------------------------------------------------------------------------
-# Hidden cases never leak their data
-# ---------------------------------------------------------------------------------------------
-
-
-def _allowed_hidden_messages(task):
-    hints = {value for name, value in vars(ch07).items() if name.startswith("HINT_")}
-    hints |= set(ch07.ENCODER_HINTS) | set(ch07.DECODER_HINTS) | set(ch07.SAMPLE_HINTS)
-    hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
-    hints.add(core._UNKNOWN_ERROR_HINT)
-    hints |= {
-        "The function still raises NotImplementedError.",
-        "The function returned a value of the wrong type (see the public tests).",
-        "The returned value does not have the expected form.",
-        "The result is not the expected one: re-read the task's definition.",
-    }
-    return hints
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_hidden_messages_are_hints_only(task_id):
-    task = checks.get_task(task_id)
-    allowed = _allowed_hidden_messages(task)
-    funcs = [func for func, _ in WRONG[task_id]] + [stub, leaky, lambda *a: AlwaysEqual()]
-    funcs += [lambda *a: [1, 2], lambda *a: None]
-    for func in funcs:
-        result = run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
-            if not case.hidden or case_result.status == "passed":
-                continue
-            message = case_result.message
-            assert strip_raised(message) in allowed | {""}, (func, message)
-            assert "expected" not in message.lower() or message in allowed
-            assert json.dumps(case.args) not in message
-
-
-# ---------------------------------------------------------------------------------------------
-# The split used by the grader: student half, JSON, trusted half
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id):
-    task = checks.get_task(task_id)
-    for func in [CORRECT[task_id][-1]] + [func for func, _ in WRONG[task_id][:4]]:
-        for case in task.cases:
-            direct = checks.evaluate_case(task, case, func)
-            try:
-                plain = checks.student_output(task, case, func)
-            except Exception as exc:
-                remote = checks.exception_result(task, case, checks.exception_name(exc), str(exc))
-            else:
-                remote = checks.grade_output(
-                    task, case, json.loads(json.dumps(plain, allow_nan=True)))
-            assert remote == direct
-
-
-def test_grade_output_rejects_forged_plain_values():
-    task = checks.get_task("7.4")
-    case = task.cases[0]
-    good = checks.student_output(task, case, sample)
-    forged = [
-        None, 3.5, "text", [good], {"a": 1}, {**good, "shape": [4, 5]},
-        {**good, "tokens": ["1"] * 20}, {**good, "tokens": [1.0] * 20}, {**good, "extra": 1},
-        {**good, "tokens": good["tokens"][:-1]}, {**good, "tokens": [True] * 20},
-        {"shape": [2, 10], "data": good["tokens"]},
-    ]
-    for value in forged:
-        result = checks.grade_output(task, case, value)
-        assert result.status == "failed" and result.points == 0, value
-    assert checks.grade_output(task, case, good).status == "passed"
-    task = checks.get_task("7.2")
-    good = checks.student_output(task, task.cases[0], encoder_block)
-    for value in (None, [good], {**good, "shape": [80]}, {**good, "dtype": None}):
-        assert checks.grade_output(task, task.cases[0], value).status == "failed", value
-    assert checks.grade_output(task, task.cases[0], good).status == "passed"
-
-
-# ---------------------------------------------------------------------------------------------
 # check(): prints a deterministic report, never raises
 # ---------------------------------------------------------------------------------------------
 
 
-def test_check_reports_full_marks(capsys):
-    out = check_output(capsys, "7.4", sample_row_by_row)
-    assert out.splitlines()[0] == "Task 7.4 sample: 5/5 points"
-    assert "  PASS  [1/1] temperature 0: greedy, 3 sequences" in out
-    assert out.splitlines()[-1] == "  (The grader also runs hidden tests on this task.)"
-    out = check_output(capsys, "7.2", block_by_hand)
-    assert out.splitlines()[0] == "Task 7.2 encoder_block: 4/4 points"
-
-
-def test_check_reports_failures_with_hints(capsys):
-    out = check_output(capsys, "7.2", block_ignores_mask)
-    assert out.startswith("Task 7.2 encoder_block: 2/4 points\n")
-    assert ("  FAIL  [0/1] pre-norm with a causal mask (T, T): a GPT block: "
-            + ch07.HINT_MASK_IGNORED) in out
-    out = check_output(capsys, "7.3", decoder_not_causal)
-    assert out.startswith("Task 7.3 decoder_block: 0/4 points\n")
-
-
-def test_check_stub(capsys):
-    out = check_output(capsys, "7.1", stub)
-    assert out == (
-        "Task 7.1 feed_forward: not attempted (0/3 points): the function still raises "
-        "NotImplementedError. Replace the stub with your code.\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("func", "expected"),
-    [(None, "got None."), (42, "got an int, not a function."), ("sample", "got a str")],
-)
-def test_check_non_functions(capsys, func, expected):
-    out = check_output(capsys, "7.4", func)
-    assert out.startswith("Task 7.4 sample: not attempted (0/5 points): ")
-    assert expected in out
-
-
-def test_check_a_function_that_raises_or_returns_nonsense(capsys):
+def test_check_a_function_that_raises(capsys):
     out = check_output(capsys, "7.4", sample_not_cropped)
     assert "ERROR [0/1]" in out and "raised ValueError: a learned positional embedding" in out
-    out = check_output(capsys, "7.3", lambda *args: AlwaysEqual())
-    assert "0/4 points" in out and "got AlwaysEqual" in out
-
-
-def test_check_is_deterministic(capsys):
-    first = check_output(capsys, "7.4", sample_temperature_multiplied)
-    assert check_output(capsys, "7.4", sample_temperature_multiplied) == first
-
-
-def test_check_leaves_the_global_random_state_alone(capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    for task_id, func in zip(TASK_IDS, (ff_matmul_erf, block_functional, decoder_by_hand,
-                                        sample_powered_probs), strict=True):
-        check_output(capsys, task_id, func)
-    for task_id in TASK_IDS:  # the references build package layers
-        check_output(capsys, task_id, checks.get_task(task_id).reference)
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_check_lets_keyboard_interrupt_through(capsys):
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        checks.check("7.4", interrupted)
