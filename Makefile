@@ -13,7 +13,7 @@ export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv browser book test lint unit nbval book-check exercises solutions grade-demo serve clean distclean lock
+.PHONY: help venv browser book test lint unit nbval book-check exercises solutions grade-demo bench serve clean distclean lock
 
 help:
 	@echo "make book       build the rendered book into _build/html (creates .venv on first use)"
@@ -23,6 +23,8 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
 	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
+	@echo "make bench      run every benchmark into benchmarks/results/ (about half an hour on 2 idle cores;"
+	@echo "                BENCH_FLAGS=--quick for a smoke run whose results git ignores)"
 	@echo "make clean      remove _build; make distclean also removes .venv"
 
 venv: $(STAMP) $(WEB)
@@ -77,6 +79,17 @@ ASSIGNMENT ?= 01_ngrams
 grade-demo: $(STAMP)
 	rm -rf grade-demo
 	$(BIN)/coursepkg grade-demo $(ASSIGNMENT) --dir grade-demo
+
+# Speed measurements (never tests): each script prints its table and writes its JSON to
+# benchmarks/results/ (the appendix page reads them). Run on an otherwise idle machine.
+BENCH_FLAGS ?=
+BENCHMARKS := ngram layers training scaling grader course
+bench: $(STAMP) $(WEB)
+	@for name in $(BENCHMARKS); do \
+	  echo "=== benchmarks/bench_$$name.py $(BENCH_FLAGS)"; \
+	  $(PY) benchmarks/bench_$$name.py $(BENCH_FLAGS) || exit 1; \
+	done
+	@touch book/appendix_speed.md  # the next 'make book' re-reads (and re-runs) the appendix
 
 serve:
 	@test -f _build/html/index.html || { echo "No built book yet: run 'make book' first."; exit 1; }

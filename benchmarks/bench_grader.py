@@ -1,9 +1,11 @@
 """Time ``coursepkg grade`` against nbgrader's ``autograde`` on the same 50 submissions (issue 3).
 
 Run with ``.venv/bin/python benchmarks/bench_grader.py`` (about 10 minutes on 2 cores; the first
-run also spends 2 minutes installing nbgrader). Options: ``--n`` submissions (50), ``--jobs``
+run also spends 2 minutes installing nbgrader). Writes ``benchmarks/results/grader.json``
+(``grader-lean.json`` with ``--lean``). Options: ``--n`` submissions (50), ``--jobs``
 (2), ``--skip-nbgrader`` (time the course grader only), ``--lean`` (drop the notebook's
-exploration cells, see below), ``--keep DIR`` (keep the batch and both gradebooks there).
+exploration cells, see below), ``--keep DIR`` (keep the batch and both gradebooks there),
+``--quick`` (a smoke run: 3 submissions).
 
 What it does:
 
@@ -53,6 +55,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import benchlib
 
 from coursepkg.checks import task_by_func_name
 from coursepkg.grading.demo import PLANTED
@@ -532,7 +536,7 @@ def agreement(rows: list, ours: dict, theirs: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchlib.parser(__doc__)
     parser.add_argument("--n", type=int, default=50, help="submissions in the batch (50)")
     parser.add_argument("--jobs", type=int, default=2, help="coursepkg grade --jobs (2)")
     parser.add_argument("--skip-nbgrader", action="store_true", help="time coursepkg only")
@@ -540,6 +544,8 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep the batch and gradebooks in DIR")
     parser.add_argument("--nbgrader-venv", default=str(NBGRADER_VENV), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.n = 3
 
     from coursepkg.checks import tasks_for
 
@@ -627,10 +633,31 @@ def main() -> None:
             log("agreement of the scores:")
             for line in agreement(rows, ours, theirs):
                 log(line)
+        same = None if theirs is None else sum(
+            ours[s].keys() == theirs[s].keys()
+            and all(abs(ours[s][k] - theirs[s][k]) < 1e-6 for k in ours[s])
+            for s, _, _ in rows
+        )
+        results = {
+            "n": n, "jobs": args.jobs, "tasks": len(tasks), "lean": args.lean,
+            "coursepkg_cold_s": cold,
+            "coursepkg_warm_s": wj,
+            "coursepkg_warm_j1_s": j1,
+            "student_code_s": code,
+            "overhead_per_submission_s": over,
+            "overhead_per_task_s": over / len(tasks),
+            "startup_s": cold - wj,
+            "nbgrader_s": None if theirs is None else nbg,
+            "ratio_nbgrader_cold": None if theirs is None else nbg / cold,
+            "ratio_nbgrader_warm": None if theirs is None else nbg / wj,
+            "target_ratio": 5.0,
+            "same_points": same,
+        }
         log(
             f"total benchmark time {time.perf_counter() - overall:.0f} s "
             f"(load average over the last 5 minutes: {os.getloadavg()[1]:.1f})"
         )
+        benchlib.write_results("grader-lean" if args.lean else "grader", results, args)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
