@@ -3,7 +3,7 @@
 Run with ``.venv/bin/python benchmarks/bench_training.py`` (about 4 minutes on 2 cores;
 ``--quick`` for a smoke run). Writes ``benchmarks/results/training.json``. Options:
 ``--repeats`` (training runs per network, 3), ``--scale`` (multiply both networks' steps),
-``--threads`` (1, as the book).
+``--threads`` (1, as the book), ``--long MINUTES`` (below).
 
 The data behind chapter 7's closing table, with the chapter's code and settings:
 ``data.shakespeare_lines()``, the last 10% held out, the first 3,000 held-out lines scored,
@@ -22,12 +22,22 @@ same seeds, so their losses are the same on every run and only the times vary: e
 ``--repeats`` times and the median time reported. The curve of held-out loss (on the first 4,000
 held-out characters, every 20 or 60 steps) is placed on the time axis at ``step / steps`` of the
 run's training time (every step does the same work).
+
+``--long MINUTES`` (``make bench-long``: 35 minutes, not part of ``make bench``) answers what the
+book's seconds cannot: which model is best when each network gets MINUTES of training. The LSTM
+(chapter 2's, as above) and a larger Transformer (``d_model=128``, 4 blocks, windows of 128, 32 per
+step, AdamW at 3e-3 with 200 warm-up steps) train side by side, each in its own process on one
+core; each first times 20 steps to choose how many steps fill the budget, so both learning-rate
+schedules run to the end. The Kneser-Ney models of order 5 to 7 are fitted as above. Writes
+``benchmarks/results/training-long.json``; chapter 7 shows its table when the file exists.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import statistics
+import time
 
 import benchlib
 import torch
@@ -90,28 +100,111 @@ def network_row(name, build, train_ids, test_ids, repeats, eval_block, **train_k
     return row
 
 
+def load_split(quick: bool) -> dict:
+    """Chapter 7's split: training lines, the first 3,000 held-out lines, and their token ids."""
+    lines = data.shakespeare_lines()
+    train_lines, heldout_lines = data.train_test_split(lines, 0.1)
+    test_lines = heldout_lines[:3000]
+    if quick:
+        train_lines, test_lines = train_lines[:20_000], test_lines[:300]
+    tokenizer = data.CharTokenizer().fit("\n".join(lines) + "\n")
+    return {
+        "train_lines": train_lines, "test_lines": test_lines,
+        "train_ids": torch.tensor(tokenizer.encode("\n".join(train_lines) + "\n")),
+        "test_ids": torch.tensor(tokenizer.encode("\n".join(test_lines) + "\n")),
+        "V": tokenizer.vocab_size,
+    }
+
+
+LONG_MODELS = {
+    "LSTM (chapter 2)": dict(
+        build=lambda V: RNNLM(V, d_embed=48, d_hidden=192, cell="lstm"), eval_block=256,
+        batch_size=32, block_size=64, lr=0.02, warmup=20),
+    "Transformer (d_model 128, 4 blocks)": dict(
+        build=lambda V: TransformerLM(V, 128, d_model=128, n_heads=4, n_layers=4, pos="rope",
+                                      fused=True),
+        eval_block=128, batch_size=32, block_size=128, lr=3e-3, warmup=200),
+}
+
+
+def long_worker(name: str, minutes: float, quick: bool) -> dict:
+    """Train one of LONG_MODELS for about ``minutes`` on one thread (run in its own process)."""
+    torch.set_num_threads(1)
+    split = load_split(quick)
+    spec = dict(LONG_MODELS[name])
+    build, eval_block = spec.pop("build"), spec.pop("eval_block")
+    V = split["V"]
+    torch.manual_seed(0)
+    probe = lm.train(build(V), split["train_ids"], steps=20, progress=False, seed=1,
+                     **{**spec, "warmup": 0})
+    steps = max(20, int(minutes * 60 / (probe.seconds / 20)))
+    log(f"  {name}: {probe.seconds / 20 * 1e3:.0f} ms a step, so {steps:,} steps in "
+        f"{minutes:g} minutes")
+    row = network_row(name, lambda: build(V), split["train_ids"], split["test_ids"], 1,
+                      eval_block, steps=steps, eval_every=max(1, steps // 20),
+                      eval_tokens=20_000, **spec)
+    row["budget_minutes"] = minutes
+    return row
+
+
+def long_main(args) -> None:
+    minutes = 0.2 if args.quick else args.long
+    split = load_split(args.quick)
+    log(f"{len(split['train_ids']):,} training characters, {len(split['test_ids']):,} test "
+        f"characters; each network trains {minutes:g} minutes on one core, side by side")
+    torch.set_num_threads(1)
+    orders = [2, 3] if args.quick else [5, 6, 7]
+    rows = ngram_rows(split["train_lines"], split["test_lines"], orders, 1)
+    start = time.perf_counter()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(len(LONG_MODELS)) as pool:
+        pending = [pool.apply_async(long_worker, (name, minutes, args.quick))
+                   for name in LONG_MODELS]
+        rows += [job.get() for job in pending]
+        pool.close()
+        pool.join()
+    log(f"  all done in {(time.perf_counter() - start) / 60:.1f} minutes")
+    log("")
+    print_rows(rows)
+    benchlib.write_results("training-long", {
+        "vocab": split["V"], "train_chars": len(split["train_ids"]),
+        "test_chars": len(split["test_ids"]), "budget_minutes": minutes, "rows": rows}, args)
+
+
+def print_rows(rows: list[dict]) -> None:
+    benchlib.table(
+        ["model", "parameters", "training time", "characters seen", "chars/s", "nats/char"],
+        [[r["model"], f"{r['parameters']:,}", f"{r['seconds']['median']:.1f} s",
+          f"{r['chars_seen']:,}", f"{r['chars_seen'] / r['seconds']['median']:,.0f}",
+          f"{r['nats']:.3f}"] for r in rows],
+    )
+
+
 def main() -> None:
     parser = benchlib.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=3, help="training runs per network (3)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply both networks' steps (1 = chapter 7's budget)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1, as the book)")
+    parser.add_argument("--long", type=float, metavar="MINUTES",
+                        help="train each network about MINUTES on one core (make bench-long)")
     args = parser.parse_args()
+    if args.long is not None:
+        if args.long <= 0:
+            parser.error(f"--long takes a positive number of minutes, not {args.long:g}")
+        benchlib.warn_if_busy()
+        long_main(args)
+        return
     torch.set_num_threads(args.threads)
     benchlib.warn_if_busy()
 
-    lines = data.shakespeare_lines()
-    train_lines, heldout_lines = data.train_test_split(lines, 0.1)
-    test_lines = heldout_lines[:3000]
+    split = load_split(args.quick)
+    train_lines, test_lines = split["train_lines"], split["test_lines"]
+    train_ids, test_ids, V = split["train_ids"], split["test_ids"], split["V"]
     orders = [2, 3, 4, 5, 6]
     lstm_steps, tf_steps = round(100 * args.scale), round(300 * args.scale)
     if args.quick:
-        train_lines, test_lines, orders = train_lines[:20_000], test_lines[:300], [2, 3]
-        args.repeats, lstm_steps, tf_steps = 1, 10, 30
-    tokenizer = data.CharTokenizer().fit("\n".join(lines) + "\n")
-    train_ids = torch.tensor(tokenizer.encode("\n".join(train_lines) + "\n"))
-    test_ids = torch.tensor(tokenizer.encode("\n".join(test_lines) + "\n"))
-    V = tokenizer.vocab_size
+        orders, args.repeats, lstm_steps, tf_steps = [2, 3], 1, 10, 30
     log(f"{len(train_ids):,} training characters, {len(test_ids):,} test characters, V = {V}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
 
@@ -130,12 +223,7 @@ def main() -> None:
         eval_tokens=4000,
     ))
     log("")
-    benchlib.table(
-        ["model", "parameters", "training time", "characters seen", "chars/s", "nats/char"],
-        [[r["model"], f"{r['parameters']:,}", f"{r['seconds']['median']:.1f} s",
-          f"{r['chars_seen']:,}", f"{r['chars_seen'] / r['seconds']['median']:,.0f}",
-          f"{r['nats']:.3f}"] for r in rows],
-    )
+    print_rows(rows)
     benchlib.write_results("training", {"vocab": V, "train_chars": len(train_ids),
                                         "test_chars": len(test_ids), "rows": rows}, args)
 

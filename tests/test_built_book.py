@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import html
+import importlib.util
 import math
 import re
 import textwrap
@@ -21,7 +22,8 @@ BUILD = ROOT / "_build" / "html"
 CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead",
             "06_positional", "07_transformer"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
-         *(f"book/{name}.html" for name in CHAPTERS), "book/references.html"]
+         *(f"book/{name}.html" for name in CHAPTERS), "book/appendix_speed.html",
+         "book/references.html"]
 
 # A tag that makes the browser fetch something: script/img/iframe/... src, link href.
 REMOTE_RESOURCE = re.compile(
@@ -222,9 +224,30 @@ def test_no_page_loads_anything_from_the_internet(built):
         source = path.read_text(encoding="utf-8", errors="replace")
         for match in REMOTE_RESOURCE.finditer(source):
             offenders.append(f"{path.relative_to(built)}: {source[match.start():match.end() + 60]}")
+        # A hyperlink is not a load: the launch and repository buttons may link elsewhere.
+        without_links = re.sub(r"<a\b[^>]*>", "<a>", source)
         offenders += [f"{path.relative_to(built)}: mentions {host}"
-                      for host in CDN_HOSTS if host in source]
+                      for host in CDN_HOSTS if host in without_links]
     assert not offenders, "remote resources in the built book:\n" + "\n".join(offenders)
+
+
+def test_launch_buttons_follow_the_repository_the_book_was_built_from(built):
+    """Binder (and the repository button) for a GitHub/GitLab clone; none for a local clone."""
+    spec = importlib.util.spec_from_file_location("launch_links",
+                                                  ROOT / "book/_ext/launch_links.py")
+    launch_links = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_links)
+    url = launch_links.repository_url()
+    for name in CHAPTERS:
+        source = chapter(name).read_text(encoding="utf-8")
+        binder = re.findall(r'href="(https://mybinder\.org/[^"]+)"', source)
+        if url:
+            assert binder and all(link.endswith(f"urlpath=lab/tree/book/{name}.md")
+                                  for link in binder), f"{name}: Binder links {binder}"
+            assert f'href="{url}"' in source, f"{name} has no button for {url}"
+        else:
+            assert not binder, f"{name} links Binder though the book has no repository"
+            assert "launch-buttons" not in source
 
 
 def test_local_scripts_and_stylesheets_exist(built):
@@ -729,6 +752,32 @@ def test_transformer_chapter_closing_table_reports_what_it_measured(built):
     assert compute and float(compute[1].replace(",", "")) > 1e4, "four orders of magnitude"
     for temperature in ("0.0", "0.5", "1.0"):
         assert f"--- temperature {temperature}\nKING HENRY.\nWhat " in text
+
+
+def test_transformer_chapter_shows_the_long_budget_run_it_pins(built):
+    """The table of benchmarks/results/training-long.json, the run the page's digest names."""
+    import hashlib
+    import json
+
+    results = ROOT / "benchmarks/results/training-long.json"
+    digest = hashlib.sha256(results.read_bytes()).hexdigest()[:16]
+    page_source = (ROOT / "book/07_transformer.md").read_text(encoding="utf-8")
+    assert f"LONG_DIGEST = {digest!r}" in page_source, "the page pins another run"
+    run = json.loads(results.read_text())["results"]
+    source = chapter("07_transformer").read_text(encoding="utf-8")
+    rows = table_with(source, "held-out nats/char", "passes over the text")[1:]
+    assert [row[0] for row in rows] == [row["model"] for row in run["rows"]]
+    for shown, row in zip(rows, run["rows"], strict=True):
+        assert float(shown[-1]) == round(row["nats"], 3)
+        assert int(shown[3].replace(",", "")) == row["chars_seen"]
+    best = min(run["rows"], key=lambda row: row["nats"])
+    text = page_text(chapter("07_transformer"))
+    assert f"best: {best['model']}, {best['nats']:.3f} nats/char" in text
+    assert "Transformer" in best["model"], "the prose says the Transformer comes out best"
+    networks = [row for row in run["rows"] if "curve" in row]
+    assert len(networks) == 2 and all(
+        0.7 < row["seconds"]["median"] / (60 * run["budget_minutes"]) < 1.2 for row in networks
+    ), "both networks trained for about the budget"
 
 
 def test_transformer_chapter_times_both_models_and_samples_with_the_widget(built):
