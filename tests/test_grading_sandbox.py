@@ -468,3 +468,44 @@ def test_a_fork_after_tensor_work_in_the_server_does_not_hang():
         [sys.executable, "-c", FORK_AFTER_TENSOR_WORK], capture_output=True, text=True, timeout=60
     )
     assert result.stdout.strip() == "0", result.stderr
+
+
+ESCAPING_DAEMON = """
+import os, time
+def count_ngrams(sentences, n):
+    if os.fork() == 0:          # a grandchild in a session of its own, outliving the child
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    return {}
+"""
+
+
+@pytest.mark.skipif(not can_isolate(), reason="needs root on Linux (children run as own users)")
+def test_no_process_of_a_child_outlives_its_task(tmp_path):
+    """A daemon that left the child's process group is found by its user and killed; after a
+    well-behaved child there is nothing to kill (and no fork of the grader is spent on it)."""
+    from coursepkg.grading import sandbox
+    from coursepkg.grading.grader import slot_uids
+
+    (uid,) = slot_uids(1)
+    request = {"code": ESCAPING_DAEMON, "task": "1.1", "cases": [0]}
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    import os
+
+    os.chown(workdir, uid, uid)
+    killed = []
+    real = sandbox._kill_user
+    sandbox._kill_user = lambda u: (killed.append(sandbox._runs_as(u)), real(u))
+    try:
+        outcome = sandbox.run_in_child(request, Limits(timeout=20), str(workdir), [], uid)
+        assert outcome.ended == "ok" and outcome.isolation["user"]
+        assert killed == [True], "the daemon should still be alive when the clean-up starts"
+        assert not sandbox._runs_as(uid), "a process of the child's user survived the task"
+        request["code"] = GOOD_COUNT
+        sandbox.run_in_child(request, Limits(timeout=20), str(workdir), [], uid)
+        assert killed[1:] == [False] and not sandbox._runs_as(uid)
+    finally:
+        sandbox._kill_user = real
