@@ -33,7 +33,7 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
 	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
-	@echo "make bench      run every benchmark into benchmarks/results/ (about half an hour on 2 idle cores;"
+	@echo "make bench      run every benchmark into benchmarks/results/ (about 25 minutes on 2 idle cores;"
 	@echo "                BENCH_FLAGS=--quick for a smoke run whose results git ignores)"
 	@echo "make bench-long train the LSTM and a larger Transformer $(LONG_MINUTES) minutes each, side by side"
 	@echo "                (chapter 7's long-budget table; LONG_MINUTES=...)"

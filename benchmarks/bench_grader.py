@@ -551,9 +551,7 @@ def main() -> None:
 
     tasks = tasks_for(ASSIGNMENT)
     overall = time.perf_counter()
-    if os.getloadavg()[0] > 0.5:
-        log(f"warning: load average {os.getloadavg()[0]:.1f} before starting: the timings are only "
-            "meaningful on an otherwise idle machine")
+    benchlib.warn_if_busy()
     bin_ = None if args.skip_nbgrader else ensure_nbgrader_venv(Path(args.nbgrader_venv))
     if args.keep:
         work = Path(args.keep).resolve()

@@ -129,11 +129,37 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def busy_cores(seconds: float = 1.0) -> float | None:
+    """How many cores other processes kept busy over the next ``seconds`` (Linux), else None.
+
+    Unlike the load average, which still counts the previous benchmark for a minute after it
+    ended, this samples the processor's counters now.
+    """
+    def ticks() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]), idle
+
+    try:
+        total0, idle0 = ticks()
+        time.sleep(seconds)
+        total1, idle1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    elapsed = total1 - total0
+    if elapsed <= 0:
+        return None
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / elapsed)
+
+
 def warn_if_busy() -> None:
     """Say so when the machine is not idle: such numbers are not worth publishing."""
-    if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.5:
-        log(f"warning: load average {os.getloadavg()[0]:.1f} before starting: the timings are only "
-            "meaningful on an otherwise idle machine")
+    busy = busy_cores()
+    if busy is None and hasattr(os, "getloadavg"):
+        busy = os.getloadavg()[0]
+    if busy is not None and busy > 0.5:
+        log(f"warning: other processes keep {busy:.1f} cores busy before starting: the timings "
+            "are only meaningful on an otherwise idle machine")
 
 
 def write_results(name: str, results: dict[str, Any], args: argparse.Namespace) -> Path:

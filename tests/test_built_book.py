@@ -754,6 +754,43 @@ def test_transformer_chapter_closing_table_reports_what_it_measured(built):
         assert f"--- temperature {temperature}\nKING HENRY.\nWhat " in text
 
 
+def test_appendix_shows_every_published_benchmark_and_its_verdicts(built):
+    """The appendix reads benchmarks/results/*.json: every benchmark is there, and each verdict
+    it prints is the one its results file holds."""
+    import json
+
+    results = ROOT / "benchmarks" / "results"
+
+    def load(*names):
+        path = next((results / f"{n}.json" for n in names if (results / f"{n}.json").is_file()),
+                    None)
+        assert path, f"no published results for {names[0]}: run make bench"
+        return json.loads(path.read_text())["results"]
+
+    page = built / "book" / "appendix_speed.html"
+    text = page_text(page)
+    # what the page prints when a results file is missing (its code shows the same words)
+    assert not re.search(r"The benchmark '[^'{]+' has not been run yet|not run yet: [a-z]", text)
+    ngram = load("ngram")["target"]
+    assert (f"target, Kneser-Ney scoring at least {ngram['kn_score_ratio_min']:.0f}x faster than "
+            f"NLTK's: {'met' if ngram['met'] else 'missed'}") in text
+    assert f"(slowest ratio {min(ngram['kn_score_ratios']):,.0f}x)" in text
+    step = next(row for row in load("layers")["rows"] if row.get("target"))["target"]
+    assert (f"within {step['max_ratio']}x of the same model built from torch's modules: "
+            f"{step['ratio']:.2f}x, {'met' if step['met'] else 'missed'}") in text
+    grader = load("grader", "grader-lean")
+    assert f"{grader['overhead_per_submission_s'] * 1e3:.0f} ms per submission" in text
+    assert f"nbgrader / coursepkg: {grader['ratio_nbgrader_cold']:.1f}x from a new process" in text
+    clean = load("course")["book"]["clean"]["seconds"]
+    rows = table_with(page.read_text(encoding="utf-8"), "what", "time")
+    assert ["book, clean build (every cell executed)", f"{clean:.0f} s"] in rows
+    training = load("training")["rows"]
+    assert [row["model"] for row in training][-2:] == ["LSTM (chapter 2)",
+                                                       "Transformer (chapter 7)"]
+    assert page.read_text(encoding="utf-8").count("<img") == 3, "its three figures"
+    assert 'href="07_transformer.html#sec-long-budget"' in page.read_text(encoding="utf-8")
+
+
 def test_transformer_chapter_shows_the_long_budget_run_it_pins(built):
     """The table of benchmarks/results/training-long.json, the run the page's digest names."""
     import hashlib
