@@ -97,14 +97,20 @@ def cpu_model() -> str:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit, with ``+changes`` when tracked files differ from it."""
     try:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
             capture_output=True, text=True, check=False,
         )
+        changed = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=False,
+        )
     except OSError:
         return None
-    return out.stdout.strip() or None
+    commit = out.stdout.strip()
+    return (commit + ("+changes" if changed.stdout.strip() else "")) or None
 
 
 def machine() -> dict[str, Any]:
