@@ -69,7 +69,7 @@ book: $(STAMP) $(WEB)
 lint: $(STAMP)
 	$(BIN)/ruff check coursepkg tests benchmarks book
 
-unit: $(STAMP)
+unit: $(STAMP) $(WEB)
 	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py --ignore=tests/test_browser.py
 
 nbval: $(STAMP)

@@ -807,6 +807,8 @@ def test_transformer_chapter_shows_the_long_budget_run_it_pins(built):
     for shown, row in zip(rows, run["rows"], strict=True):
         assert float(shown[-1]) == round(row["nats"], 3)
         assert int(shown[3].replace(",", "")) == row["chars_seen"]
+        assert int(shown[4].replace(",", "")) == round(row["chars_seen"]
+                                                       / row["seconds"]["median"])
     best = min(run["rows"], key=lambda row: row["nats"])
     text = page_text(chapter("07_transformer"))
     assert f"best: {best['model']}, {best['nats']:.3f} nats/char" in text
