@@ -722,7 +722,8 @@ def test_transformer_chapter_closing_table_reports_what_it_measured(built):
     source = chapter("07_transformer").read_text(encoding="utf-8")
     tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
     assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
-    rows = table_with(source, "held-out nats/char", "characters per second")[1:]
+    rows = table_with(source, "held-out nats/char", "characters per second",
+                      "perplexity per char")[1:]
     assert [row[0] for row in rows] == ["Kneser-Ney 6-gram (chapter 1)", "LSTM (chapter 2)",
                                         "Transformer (this chapter)"]
     found = {}
