@@ -473,11 +473,14 @@ def test_a_fork_after_tensor_work_in_the_server_does_not_hang():
 ESCAPING_DAEMON = """
 import os, time
 def count_ngrams(sentences, n):
+    started, ready = os.pipe()
     if os.fork() == 0:          # a grandchild in a session of its own, outliving the child
         os.setsid()
         if os.fork() == 0:
+            os.write(ready, b"!")
             time.sleep(600)
         os._exit(0)
+    os.read(started, 1)         # return only once the daemon has left the child's group
     return {}
 """
 

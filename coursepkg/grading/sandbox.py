@@ -163,6 +163,7 @@ def run_in_child(
         process.start()
     sender.close()
     outcome = RawOutcome()
+    said_done = False
     deadline = time.monotonic() + limits.timeout
     try:
         while True:
@@ -179,11 +180,14 @@ def run_in_child(
             except (EOFError, OSError):
                 break  # the child is gone (or sent more than we accept)
             if not _take(outcome, raw):
+                said_done = True
                 break
     finally:
         _kill_tree(process, uid)
         receiver.close()
-    if outcome.ended == "ok":
+    # A child that said it was done ends itself at once, but our SIGKILL may come first: then
+    # its exit status tells nothing about the submission.
+    if outcome.ended == "ok" and not said_done:
         outcome.ended, outcome.detail = _classify_exit(process.exitcode)
     return outcome
 
