@@ -29,13 +29,15 @@ book's seconds cannot: which model is best when each network gets MINUTES of tra
 step, AdamW at 3e-3 with 200 warm-up steps) train side by side, each in its own process on one
 core; each first times 20 steps to choose how many steps fill the budget, so both learning-rate
 schedules run to the end. The Kneser-Ney models of order 5 to 7 are fitted as above. Writes
-``benchmarks/results/training-long.json``; chapter 7 shows its table when the file exists.
+``benchmarks/results/training-long.json`` and its digest into chapter 7, which shows its table.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import multiprocessing
+import re
 import statistics
 import time
 
@@ -166,9 +168,25 @@ def long_main(args) -> None:
     log(f"  all done in {(time.perf_counter() - start) / 60:.1f} minutes")
     log("")
     print_rows(rows)
-    benchlib.write_results("training-long", {
+    path = benchlib.write_results("training-long", {
         "vocab": split["V"], "train_chars": len(split["train_ids"]),
         "test_chars": len(split["test_ids"]), "budget_minutes": minutes, "rows": rows}, args)
+    if not args.quick:
+        pin_in_chapter(path)
+
+
+def pin_in_chapter(path) -> None:
+    """Write the results file's digest into chapter 7's ``LONG_DIGEST = ...`` line.
+
+    The page pins the run it was written for: a new run changes the page's code, so the book's
+    execution cache re-runs it.
+    """
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    page = benchlib.ROOT / "book" / "07_transformer.md"
+    page.write_text(re.sub(r"(?m)^LONG_DIGEST = .*$", f"LONG_DIGEST = {digest!r}",
+                           page.read_text()))
+    log(f"{page.relative_to(benchlib.ROOT)} now shows the run {digest}: check its prose against "
+        "the new numbers")
 
 
 def print_rows(rows: list[dict]) -> None:
