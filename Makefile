@@ -21,12 +21,16 @@ ifdef JUPYTERHUB_URL
 export COURSE_JUPYTERHUB_URL := $(JUPYTERHUB_URL)
 endif
 
-.PHONY: help venv browser book test lint unit nbval book-check exercises solutions grade-demo bench bench-long serve clean distclean lock
+
+.PHONY: help venv browser book book-variant test lint unit nbval book-check exercises solutions grade-demo bench bench-long serve clean distclean lock
 
 help:
 	@echo "make book       build the rendered book into _build/html (creates .venv on first use)"
 	@echo "                REPOSITORY_URL=https://github.com/o/r (or none) sets its Binder/repository"
 	@echo "                buttons (default: the origin remote's), JUPYTERHUB_URL=... adds JupyterHub"
+	@echo "make book-variant SEED=1 THREADS=1  rebuild the book from scratch with every experiment's"
+	@echo "                seed shifted by SEED on THREADS torch threads, into _build/variant-*/ (the"
+	@echo "                prose must stay true: its claims are checked by the pages themselves)"
 	@echo "make test       run every test: lint, unit, nbval, book build, checks of the built book and"
 	@echo "                a headless Chromium over every page (installs Debian's chromium if missing)"
 	@echo "make serve      serve _build/html on http://127.0.0.1:$(PORT)"
@@ -65,6 +69,16 @@ browser:
 book: $(STAMP) $(WEB)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "The book is in _build/html/index.html (make serve to browse it)."
+
+# The same book on "another processor": every page's seeds shifted by SEED (COURSE_SEED) and
+# torch on THREADS threads (OMP_NUM_THREADS), executed afresh (its own cache) into its own folder.
+# The pages glue every figure from the run and assert the claims their prose makes, so a claim
+# that does not hold fails this build (coursepkg/course.py: page_setup).
+SEED ?= 1
+THREADS ?= 1
+book-variant: $(STAMP) $(WEB)
+	COURSE_SEED=$(SEED) OMP_NUM_THREADS=$(THREADS) $(BIN)/jupyter-book build . \
+	  --path-output _build/variant-seed$(SEED)-threads$(THREADS) --warningiserror --keep-going
 
 lint: $(STAMP)
 	$(BIN)/ruff check coursepkg tests benchmarks book

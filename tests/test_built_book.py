@@ -11,14 +11,17 @@ import ast
 import html
 import importlib.util
 import math
+import os
 import re
 import textwrap
 from pathlib import Path
 
 import pytest
+from prose_figures import typed_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "_build" / "html"
+# COURSE_BOOK_HTML=/tmp/other/_build/html checks another build of the book (a variant, a draft).
+BUILD = Path(os.environ.get("COURSE_BOOK_HTML") or ROOT / "_build" / "html")
 CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead",
             "06_positional", "07_transformer"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
@@ -42,7 +45,7 @@ def built() -> Path:
         (BUILD / "book" / f"{name}.html").is_file() for name in CHAPTERS
     ):
         pytest.fail(
-            f"The book is not built ({BUILD.relative_to(ROOT)} is missing or incomplete): "
+            f"The book is not built ({BUILD} is missing or incomplete): "
             "run `make book` first (`make test` does it for you).",
             pytrace=False,
         )
@@ -318,6 +321,15 @@ def test_every_figure_of_a_chapter_has_an_alt_text(built, name):
         assert text != src and not re.search(r"\.(png|svg|jpe?g|gif)$|_images/", text), (
             f"the alt text is a file path: {text[:80]}")
         assert len(text.split()) >= 8, f"the alt text should describe the figure: {text!r}"
+
+
+@pytest.mark.parametrize("name", [*CHAPTERS, "appendix_speed"])
+def test_every_figure_in_the_prose_is_glued_from_the_run_or_marked_as_quoted(built, name):
+    """A figure typed into the prose goes stale on another processor: glue it from its cell, or
+    mark it {quoted} when it comes from a paper, a lecture or another run (prose_figures.py)."""
+    page = BUILD / "book" / f"{name}.html"
+    typed = typed_figures(article_html(page))
+    assert not typed, f"{len(typed)} figure(s) typed into the prose of {name}:\n" + "\n".join(typed)
 
 
 def chapter_links(name: str) -> list[tuple[str, str]]:
