@@ -18,10 +18,12 @@ so that a rebuild can check that the prose holds on "another processor":
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["CHAPTERS", "Chapter", "chapter", "page_setup"]
+__all__ = ["CHAPTERS", "Chapter", "benchmark_results", "chapter", "page_setup"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,29 @@ def page_setup(*, threads: int | None = None) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"COURSE_SEED must be a whole number, got {raw!r}") from None
+
+
+#: The published benchmark results, ``benchmarks/bench_<name>.py``'s ``<name>.json``.
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+# make bench runs the grader benchmark with --lean (grader-lean.json); a complete run writes
+# grader.json, which is preferred when it exists.
+_ALTERNATES = {"grader": ("grader", "grader-lean")}
+
+
+def benchmark_results(name: str, folder: Path | None = None) -> dict | None:
+    """The published results of ``benchmarks/bench_<name>.py`` (the file's whole JSON), or None.
+
+    Args:
+        name: ``"ngram"``, ``"layers"``, ``"training"``, ``"scaling"``, ``"grader"``, ``"course"``.
+        folder: where the results are (default: the checkout's ``benchmarks/results``).
+
+    Returns:
+        The parsed file, or None when the benchmark has not been published (never run, or only
+        as a ``--quick`` smoke run).
+    """
+    folder = RESULTS if folder is None else Path(folder)
+    for stem in _ALTERNATES.get(name, (name,)):
+        path = folder / f"{stem}.json"
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    return None

@@ -26,6 +26,7 @@ CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_mult
             "06_positional", "07_transformer"]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/appendix_speed.html",
+         "book/instructors.html",
          "book/references.html"]
 
 # A tag that makes the browser fetch something: script/img/iframe/... src, link href.
@@ -323,7 +324,7 @@ def test_every_figure_of_a_chapter_has_an_alt_text(built, name):
         assert len(text.split()) >= 8, f"the alt text should describe the figure: {text!r}"
 
 
-@pytest.mark.parametrize("name", [*CHAPTERS, "appendix_speed"])
+@pytest.mark.parametrize("name", [*CHAPTERS, "appendix_speed", "instructors"])
 def test_every_figure_in_the_prose_is_glued_from_the_run_or_marked_as_quoted(built, name):
     """A figure typed into the prose goes stale on another processor: glue it from its cell, or
     mark it {quoted} when it comes from a paper, a lecture or another run (prose_figures.py)."""
@@ -767,41 +768,54 @@ def test_transformer_chapter_closing_table_reports_what_it_measured(built):
         assert f"--- temperature {temperature}\nKING HENRY.\nWhat " in text
 
 
-def test_appendix_shows_every_published_benchmark_and_its_verdicts(built):
-    """The appendix reads benchmarks/results/*.json: every benchmark is there, and each verdict
-    it prints is the one its results file holds."""
+def published(*names: str) -> dict:
+    """The results of the first of ``names`` that benchmarks/results holds."""
     import json
 
     results = ROOT / "benchmarks" / "results"
+    path = next((results / f"{n}.json" for n in names if (results / f"{n}.json").is_file()), None)
+    assert path, f"no published results for {names[0]}: run make bench"
+    return json.loads(path.read_text())["results"]
 
-    def load(*names):
-        path = next((results / f"{n}.json" for n in names if (results / f"{n}.json").is_file()),
-                    None)
-        assert path, f"no published results for {names[0]}: run make bench"
-        return json.loads(path.read_text())["results"]
 
+# what a page prints when a results file is missing (its code shows the same words)
+NOT_RUN = r"The benchmark '[^'{]+' has not been run yet|not run yet: [a-z]"
+
+
+def test_appendix_shows_every_published_benchmark_and_its_verdicts(built):
+    """The appendix reads benchmarks/results/*.json: every benchmark about the models' speed is
+    there, and each verdict it prints is the one its results file holds."""
     page = built / "book" / "appendix_speed.html"
     text = page_text(page)
-    # what the page prints when a results file is missing (its code shows the same words)
-    assert not re.search(r"The benchmark '[^'{]+' has not been run yet|not run yet: [a-z]", text)
-    ngram = load("ngram")["target"]
+    assert not re.search(NOT_RUN, text)
+    ngram = published("ngram")["target"]
     assert (f"target, Kneser-Ney scoring at least {ngram['kn_score_ratio_min']:.0f}x faster than "
             f"NLTK's: {'met' if ngram['met'] else 'missed'}") in text
     assert f"(slowest ratio {min(ngram['kn_score_ratios']):,.0f}x)" in text
-    step = next(row for row in load("layers")["rows"] if row.get("target"))["target"]
+    step = next(row for row in published("layers")["rows"] if row.get("target"))["target"]
     assert (f"within {step['max_ratio']}x of the same model built from torch's modules: "
             f"{step['ratio']:.2f}x, {'met' if step['met'] else 'missed'}") in text
-    grader = load("grader", "grader-lean")
-    assert f"{grader['overhead_per_submission_s'] * 1e3:.0f} ms per submission" in text
-    assert f"nbgrader / coursepkg: {grader['ratio_nbgrader_cold']:.1f}x from a new process" in text
-    clean = load("course")["book"]["clean"]["seconds"]
-    rows = table_with(page.read_text(encoding="utf-8"), "what", "time")
-    assert ["book, clean build (every cell executed)", f"{clean:.0f} s"] in rows
-    training = load("training")["rows"]
+    training = published("training")["rows"]
     assert [row["model"] for row in training][-2:] == ["LSTM (chapter 2)",
                                                        "Transformer (chapter 7)"]
     assert page.read_text(encoding="utf-8").count("<img") == 3, "its three figures"
     assert 'href="07_transformer.html#sec-long-budget"' in page.read_text(encoding="utf-8")
+    assert "nbgrader" not in text and "make bench-long" not in text, (
+        "the grader's benchmark and the authoring commands are on the instructors' page")
+
+
+def test_instructors_page_shows_the_grader_and_build_benchmarks(built):
+    page = built / "book" / "instructors.html"
+    text = page_text(page)
+    assert not re.search(NOT_RUN, text)
+    grader = published("grader", "grader-lean")
+    assert f"{grader['overhead_per_submission_s'] * 1e3:.0f} ms per submission" in text
+    assert f"nbgrader / coursepkg: {grader['ratio_nbgrader_cold']:.1f}x from a new process" in text
+    clean = published("course")["book"]["clean"]["seconds"]
+    rows = table_with(page.read_text(encoding="utf-8"), "what", "time")
+    assert ["book, clean build (every cell executed)", f"{clean:.0f} s"] in rows
+    for command in ("make book-variant SEED=1 THREADS=1", "make bench", "make bench-long"):
+        assert command in text
 
 
 def test_transformer_chapter_shows_the_long_budget_run_it_pins(built):
