@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from prose_figures import typed_figures
 
+from coursepkg import course
+
 ROOT = Path(__file__).resolve().parents[1]
 # COURSE_BOOK_HTML=/tmp/other/_build/html checks another build of the book (a variant, a draft).
 BUILD = Path(os.environ.get("COURSE_BOOK_HTML") or ROOT / "_build" / "html")
-CHAPTERS = ["01_ngrams", "02_rnn", "03_attention", "04_self_attention", "05_multihead",
-            "06_positional", "07_transformer"]
+CHAPTERS = [ch.stem for ch in course.CHAPTERS]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
          *(f"book/{name}.html" for name in CHAPTERS), "book/appendix_speed.html",
          "book/instructors.html",
@@ -200,13 +201,8 @@ def test_chapter_shows_the_package_code_verbatim(built, page, module, name):
     )
 
 
-@pytest.mark.parametrize("name, factory", [("01_ngrams", "viz.ngram_explorer("),
-                                           ("02_rnn", "viz.rnn_state_explorer("),
-                                           ("03_attention", "viz.attention_lookup_explorer("),
-                                           ("04_self_attention", "viz.self_attention_explorer("),
-                                           ("05_multihead", "viz.multihead_explorer("),
-                                           ("06_positional", "viz.rope_explorer("),
-                                           ("07_transformer", "viz.sampling_explorer(")])
+@pytest.mark.parametrize("name, factory", [(ch.stem, f"viz.{ch.widget}(")
+                                           for ch in course.CHAPTERS])
 def test_the_widget_is_saved_in_the_page_and_its_static_picture_follows(built, name, factory):
     text = page_text(chapter(name))
     assert factory in text
