@@ -15,9 +15,9 @@ outputs is in the JSON). Runs alternate between the two in this process; the med
 * ``scaled_dot_product_attention`` vs ``F.scaled_dot_product_attention``: chapter 7's language
   model, (B, H, T, Dh) = (16, 4, 64, 16) with the causal mask; and chapter 4's single head,
   (1, 1, 256, 64) without a mask.
-* ``MultiHeadAttention`` (plain and ``fused=True``) vs ``nn.MultiheadAttention``: chapter 7's
-  D = 64, H = 4 on 16 windows of 64 with the causal mask; chapter 5's D = 512, H = 8 on one
-  sequence of 128.
+* ``MultiHeadAttention`` (``forward`` and ``fused_forward``) vs ``nn.MultiheadAttention``:
+  chapter 7's D = 64, H = 4 on 16 windows of 64 with the causal mask; chapter 5's D = 512, H = 8
+  on one sequence of 128.
 * ``TransformerEncoderLayer`` (plain and fused) vs ``nn.TransformerEncoderLayer``: chapter 7's
   block, pre-norm, GELU, D = 64, H = 4, F = 256, 16 windows of 64, causal.
 * A ``TransformerLM`` training step (forward, cross-entropy, backward, gradient clipping, AdamW)
@@ -124,8 +124,6 @@ def mha_rows(repeats: int) -> list[dict]:
         torch.manual_seed(0)
         theirs = nn.MultiheadAttention(D, H, batch_first=True)
         plain = MultiHeadAttention.from_torch(theirs)
-        fused = MultiHeadAttention.from_torch(theirs)
-        fused.fused = True
         x = leaf(B, T, D)
         mask = causal_mask(T) if causal else None
         torch_mask = None if mask is None else ~mask  # torch: True = may NOT attend
@@ -136,8 +134,8 @@ def mha_rows(repeats: int) -> list[dict]:
         def run_plain(x, m=plain, mask=mask):
             return m(x, x, x, mask)[0]
 
-        def run_fused(x, m=fused, mask=mask):
-            return m(x, x, x, mask)[0]
+        def run_fused(x, m=plain, mask=mask):
+            return m.fused_forward(x, x, x, mask)
 
         with torch.no_grad():
             diff = max(max_diff(run_plain(x), run_theirs(x)), max_diff(run_fused(x), run_theirs(x)))
@@ -155,7 +153,7 @@ def encoder_row(repeats: int) -> dict:
                                         batch_first=True, norm_first=True)
     plain = TransformerEncoderLayer.from_torch(theirs)
     fused = TransformerEncoderLayer.from_torch(theirs)
-    fused.self_attn.fused = True
+    fused.fused = True  # the layer calls its attention's fused_forward
     x = leaf(B, T, D)
     mask = causal_mask(T)
 

@@ -6,16 +6,26 @@ and the outputs are shuffled the same way. Four remedies, all usable by chapter 
 
 * :class:`LearnedPositionalEmbedding`: one learned vector per absolute position, added to the
   token embeddings (GPT); it has a hard maximum length.
-* :func:`sinusoidal_encoding`: a fixed table of sines and cosines of geometrically spaced
-  frequencies, added to the token embeddings (the original Transformer):
+* :func:`sinusoidal_encoding` (and :class:`SinusoidalPositions`, the same table as a module):
+  a fixed table of sines and cosines of geometrically spaced frequencies, added to the token
+  embeddings (the original Transformer):
   PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
 * :class:`RelativePositionBias`: a learned bias per head and per clipped offset j - i, added
   to the attention scores (in the spirit of Shaw et al. 2018 and T5).
-* :func:`apply_rope`: rotary position embedding (RoPE) rotates each pair (2i, 2i+1) of a
-  query or key at position m by the angle m * base^(-2i/Dh), so the score of a query at m and
-  a key at n depends on their content and on m - n only.
+* :func:`apply_rope` (and :class:`Rotary`, the hook attention calls): rotary position
+  embedding (RoPE) rotates each pair (2i, 2i+1) of a query or key at position m by the angle
+  m * base^(-2i/Dh), so the score of a query at m and a key at n depends on their content and
+  on m - n only.
 
-Shape letters: T positions, S key positions, D model width, H heads, Dh head width.
+The last two act inside attention, and reach it at call time, as values: chapter 5's
+``multi_head_attention(..., score_bias=bias, rotate=rotary)`` knows nothing about positions.
+
+Offsets, for decoding with a cache: T queries need not be the first T positions. With
+``offset=o`` they are at positions o .. o+T-1 and the S keys at 0 .. S-1 (usually S = o + T:
+the keys are every position up to the last query), so the T rows computed with an offset are
+the last T rows of the full computation over o + T positions.
+
+Shape letters: T positions (queries), S key positions, D model width, H heads, Dh head width.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from torch import Tensor, nn
 __all__ = [
     "LearnedPositionalEmbedding",
     "RelativePositionBias",
+    "Rotary",
+    "SinusoidalPositions",
     "apply_rope",
     "rope_angles",
     "sinusoidal_encoding",
@@ -35,6 +47,11 @@ __all__ = [
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_offset(offset: object) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be an int >= 0, got {offset!r}")
 
 
 def sinusoidal_encoding(
@@ -61,6 +78,39 @@ def sinusoidal_encoding(
     angles = positions * frequencies  # (T, d/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d/2, 2)
     return table.reshape(T, d).to(dtype)  # (T, d): sin, cos, sin, cos, ...
+
+
+class SinusoidalPositions(nn.Module):
+    """The sinusoidal table as a module: ``forward(T) -> (T, d)`` for any T.
+
+    Nothing is learned and nothing is cached: each call computes the rows it needs (in float64,
+    then rounded once to the module's dtype), so there is no maximum length, and a long call
+    leaves no state behind. The empty buffer ``anchor`` only carries the dtype and the device
+    that ``.to()`` / ``.double()`` give the module.
+
+    Args:
+        d: width of each encoding (even).
+        base: the wavelength scale (10000 in the paper).
+    """
+
+    def __init__(self, d: int, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_positive("d", d)
+        if d % 2:
+            raise ValueError(f"d must be even (sines and cosines come in pairs), got {d}")
+        self.d = d
+        self.base = base
+        self.register_buffer("anchor", torch.empty(0), persistent=False)
+
+    def forward(self, T: int, *, offset: int = 0) -> Tensor:
+        """The encodings of positions offset .. offset+T-1: (T, d)."""
+        _check_positive("T", T)
+        _check_offset(offset)
+        table = sinusoidal_encoding(offset + T, self.d, self.base, dtype=self.anchor.dtype)
+        return table[offset:].to(self.anchor.device)  # (T, d)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, base={self.base}"
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -144,6 +194,42 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = 10000.0
     return rotated.flatten(-2)  # (..., T, Dh)
 
 
+class Rotary(nn.Module):
+    """RoPE as the hook attention calls: ``rotate(q, k) -> (q, k)``, both rotated by apply_rope.
+
+    Chapter 5's ``multi_head_attention(..., rotate=Rotary())`` calls it on every head's
+    queries and keys, after the projections and before the scores. It has no parameters.
+
+    Args:
+        base: 10000 in Su et al. (2021).
+    """
+
+    def __init__(self, base: float = 10000.0) -> None:
+        super().__init__()
+        self.base = base
+
+    def forward(self, q: Tensor, k: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Rotate queries at positions offset .. offset+T-1 and keys at positions 0 .. S-1.
+
+        Args:
+            q: (..., T, Dh) queries, Dh even.
+            k: (..., S, Dh) keys.
+            offset: the position of the first query (0 for a whole sequence; the number of
+                tokens before them when a cache holds the earlier keys).
+
+        Returns:
+            ``(q, k)`` rotated, the same shapes.
+        """
+        _check_offset(offset)
+        T, S = q.shape[-2], k.shape[-2]
+        q_positions = torch.arange(offset, offset + T, device=q.device)  # (T,)
+        k_positions = torch.arange(S, device=k.device)  # (S,)
+        return apply_rope(q, q_positions, self.base), apply_rope(k, k_positions, self.base)
+
+    def extra_repr(self) -> str:
+        return f"base={self.base}"
+
+
 class RelativePositionBias(nn.Module):
     """A learned score bias per head for each offset between key and query, clipped.
 
@@ -164,15 +250,23 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
         self.bias = nn.Parameter(torch.zeros(n_heads, 2 * max_distance + 1))  # (H, 2M+1)
 
-    def offsets(self, T: int, S: int | None = None) -> Tensor:
-        """(T, S) clipped offsets j - i, shifted to indices 0 .. 2 max_distance."""
-        S = T if S is None else S
+    def offsets(self, T: int, S: int | None = None, *, offset: int = 0) -> Tensor:
+        """(T, S) clipped offsets j - i, shifted to indices 0 .. 2 max_distance.
+
+        Query row t is at position i = offset + t, key column j at position j; S defaults to
+        offset + T (the keys are every position up to the last query).
+        """
         _check_positive("T", T)
+        _check_offset(offset)
+        S = offset + T if S is None else S
         _check_positive("S", S)
-        relative = torch.arange(S)[None, :] - torch.arange(T)[:, None]  # (T, S): j - i
+        queries = torch.arange(offset, offset + T)  # (T,): positions i
+        relative = torch.arange(S)[None, :] - queries[:, None]  # (T, S): j - i
         clipped = relative.clamp(-self.max_distance, self.max_distance)
         return (clipped + self.max_distance).to(self.bias.device)
 
-    def forward(self, T: int, S: int | None = None) -> Tensor:
-        """The bias to add to the scores of T queries against S keys: (H, T, S)."""
-        return self.bias[:, self.offsets(T, S)]  # (H, T, S)
+    def forward(self, T: int, S: int | None = None, *, offset: int = 0) -> Tensor:
+        """The bias to add to the scores of T queries (at positions offset .. offset+T-1)
+        against S keys (at 0 .. S-1): (H, T, S). Attention takes it as a per-head score bias
+        (1, H, T, S): pass ``bias[None]``."""
+        return self.bias[:, self.offsets(T, S, offset=offset)]  # (H, T, S)

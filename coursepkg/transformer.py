@@ -18,7 +18,11 @@ Where the norm goes is the difference between the two variants of this module:
 of torch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` (up to the
 feed-forward network, which lives in ``ff``) and load their weights with ``from_torch``.
 :class:`Transformer` stacks them into an encoder-decoder, :class:`TransformerLM` into a
-causal language model whose positional encoding is any of chapter 6's.
+causal language model whose positional encoding is any of chapter 6's, configured by a
+:class:`TransformerConfig`.
+
+No layer keeps its attention weights: ``coursepkg.multihead.record_attention(model)`` collects
+them with forward hooks.
 
 Masks are boolean with **True = may attend**, broadcastable to (B, H, T, S) (torch's
 boolean masks mean the opposite). Shape letters: B batch, T target (or LM) positions, S source
@@ -27,18 +31,21 @@ positions, D model width, H heads, F feed-forward width, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Literal
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursepkg.multihead import MultiHeadAttention
+from coursepkg.multihead import MultiHeadAttention, Rotate, record_attention
 from coursepkg.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
-    sinusoidal_encoding,
+    Rotary,
+    SinusoidalPositions,
 )
 from coursepkg.self_attention import causal_mask
 
@@ -46,6 +53,7 @@ __all__ = [
     "FeedForward",
     "PositionKind",
     "Transformer",
+    "TransformerConfig",
     "TransformerDecoderLayer",
     "TransformerEncoderLayer",
     "TransformerLM",
@@ -151,11 +159,8 @@ class TransformerEncoderLayer(nn.Module):
         norm_first: False for post-norm ``LN(x + f(x))``, True for pre-norm ``x + f(LN(x))``.
         activation: the feed-forward activation, ``"relu"`` or ``"gelu"``.
         layer_norm_eps: the layer norms' epsilon.
-        rope_base: rotate queries and keys with RoPE (chapter 6), or None.
-        fused: attention through torch's fused kernel (no weights recorded).
-
-    After every forward, ``attn_weights`` holds the self-attention weights (B, H, T, T),
-    detached (None when ``fused``).
+        fused: call the attention's ``fused_forward`` (torch's fused kernel: the same outputs,
+            no weights for ``record_attention``) instead of its ``forward``.
     """
 
     def __init__(
@@ -168,29 +173,37 @@ class TransformerEncoderLayer(nn.Module):
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
         *,
-        rope_base: float | None = None,
         fused: bool = False,
     ) -> None:
         super().__init__()
         _check_dropout(dropout)
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, dropout, rope_base=rope_base, fused=fused
-        )
+        self.fused = fused
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
         self.ff = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.attn_weights: Tensor | None = None
 
-    def _attend(self, x: Tensor, mask: Tensor | None, score_bias: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask, score_bias=score_bias)  # (B, T, D)
-        self.attn_weights = None if weights is None else weights.detach()  # (B, H, T, T)
+    def _attend(
+        self, x: Tensor, mask: Tensor | None, score_bias: Tensor | None, rotate: Rotate | None
+    ) -> Tensor:
+        """Self-attention (B, T, D), through the fused kernel or through ``forward``."""
+        if self.fused:
+            out = self.self_attn.fused_forward(x, x, x, mask, score_bias=score_bias,
+                                               rotate=rotate)
+        else:  # forward: its weights reach record_attention
+            out, _ = self.self_attn(x, x, x, mask, score_bias=score_bias, rotate=rotate)
         return self.dropout1(out)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, score_bias: Tensor | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        score_bias: Tensor | None = None,
+        rotate: Rotate | None = None,
     ) -> Tensor:
         """One encoder layer.
 
@@ -198,22 +211,27 @@ class TransformerEncoderLayer(nn.Module):
             x: (B, T, D).
             mask: boolean, True = may attend, broadcastable to (B, H, T, T); (B, T, T)
                 applies to every head.
-            score_bias: float, broadcastable to (B, H, T, T), added to the attention scores.
+            score_bias: float, added to the attention scores, with the shapes of ``mask``
+                (a relative position bias is (1, H, T, T)).
+            rotate: ``rotate(q, k) -> (q, k)`` on every head's queries and keys (RoPE).
 
         Returns:
             (B, T, D).
         """
         _check_width("x", x, self.self_attn.d_model)
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), mask, score_bias)  # x + SA(LN(x))
+            x = x + self._attend(self.norm1(x), mask, score_bias, rotate)  # x + SA(LN(x))
             return x + self.dropout2(self.ff(self.norm2(x)))  # x + FF(LN(x))
-        x = self.norm1(x + self._attend(x, mask, score_bias))  # LN(x + SA(x))
+        x = self.norm1(x + self._attend(x, mask, score_bias, rotate))  # LN(x + SA(x))
         return self.norm2(x + self.dropout2(self.ff(x)))  # LN(x + FF(x))
 
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
         """A layer with the weights of ``torch.nn.TransformerEncoderLayer(batch_first=True)``."""
         return _from_torch(cls, m, nn.TransformerEncoderLayer)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}" + (", fused=True" if self.fused else "")
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -230,9 +248,6 @@ class TransformerDecoderLayer(nn.Module):
         norm_first: post-norm (False) or pre-norm (True).
         activation: ``"relu"`` or ``"gelu"``.
         layer_norm_eps: the layer norms' epsilon.
-
-    After every forward, ``self_attn_weights`` (B, H, T, T) and ``cross_attn_weights``
-    (B, H, T, S) hold the attention weights, detached.
     """
 
     def __init__(
@@ -257,17 +272,13 @@ class TransformerDecoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-        self.self_attn_weights: Tensor | None = None
-        self.cross_attn_weights: Tensor | None = None
 
     def _self_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask)  # (B, T, D), (B, H, T, T)
-        self.self_attn_weights = weights.detach()
+        out, _ = self.self_attn(x, x, x, mask)  # (B, T, D); weights (B, H, T, T)
         return self.dropout1(out)
 
     def _cross_block(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.cross_attn(x, memory, memory, mask)  # (B, T, D), (B, H, T, S)
-        self.cross_attn_weights = weights.detach()
+        out, _ = self.cross_attn(x, memory, memory, mask)  # (B, T, D); weights (B, H, T, S)
         return self.dropout2(out)
 
     def forward(
@@ -303,22 +314,6 @@ class TransformerDecoderLayer(nn.Module):
     def from_torch(cls, m: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
         """A layer with the weights of ``torch.nn.TransformerDecoderLayer(batch_first=True)``."""
         return _from_torch(cls, m, nn.TransformerDecoderLayer)
-
-
-class _SinusoidalPositions(nn.Module):
-    """The sinusoidal table as a module: ``forward(T) -> (T, D)``, any T."""
-
-    def __init__(self, d_model: int) -> None:
-        super().__init__()
-        self.d_model = d_model
-        self.register_buffer("table", sinusoidal_encoding(1, d_model), persistent=False)
-
-    def forward(self, T: int) -> Tensor:
-        if T > self.table.shape[0]:  # grow the cached table (at least doubling)
-            self.table = sinusoidal_encoding(
-                max(T, 2 * self.table.shape[0]), self.d_model, dtype=self.table.dtype
-            ).to(self.table.device)
-        return self.table[:T]
 
 
 class Transformer(nn.Module):
@@ -365,7 +360,7 @@ class Transformer(nn.Module):
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
         for embed in (self.src_embed, self.tgt_embed):
             nn.init.normal_(embed.weight, std=d_model**-0.5)  # unit scale after * sqrt(D)
-        self.positions = _SinusoidalPositions(d_model)
+        self.positions = SinusoidalPositions(d_model)
         self.dropout = nn.Dropout(dropout)
         self.encoder = nn.ModuleList(
             TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
@@ -448,12 +443,83 @@ class Transformer(nn.Module):
         self.eval()
         memory = self.encode(src)  # (B, S, D)
         tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            logits = self.decode(tokens, memory, src)  # (B, t, V)
-            tokens = torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
-        weights = self.decoder[-1].cross_attn_weights.mean(dim=1)  # (B, T, S)
+        with record_attention(self.decoder[-1].cross_attn) as maps:
+            for _ in range(max_len):
+                logits = self.decode(tokens, memory, src)  # (B, t, V)
+                tokens = torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+        weights = maps[""].mean(dim=1)  # (B, T, S), from the last step, which saw all T inputs
         self.train(was_training)
         return tokens[:, 1:], weights
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Everything that defines a :class:`TransformerLM` (the idea of nanoGPT's ``GPTConfig``).
+
+    ``TransformerConfig(V, 64, 128, 4, 4, pos="rope")`` takes the arguments of
+    ``TransformerLM(...)`` in the same order; the fields after ``norm_first`` are keyword-only.
+    The values are checked when the config is made; ``d_ff`` and ``max_distance`` given as
+    None are replaced by their defaults, so a config shows the model's real sizes.
+    """
+
+    vocab_size: int
+    """V, the vocabulary size."""
+    block_size: int
+    """the training context length (the largest for ``pos="learned"``)."""
+    d_model: int
+    """D, the width of the residual stream."""
+    n_heads: int
+    """H, the heads of every attention; D must be divisible by H (and D / H even for RoPE)."""
+    n_layers: int
+    """the number of blocks."""
+    d_ff: int | None = None
+    """F, the feed-forward width (None: 4 D)."""
+    dropout: float = 0.0
+    """dropout on the embeddings, the attention weights and the sublayers."""
+    pos: PositionKind = "learned"
+    """the positional encoding of chapter 6 (see :class:`TransformerLM`)."""
+    norm_first: bool = True
+    """pre-norm (GPT) or post-norm blocks."""
+    _: KW_ONLY
+    tie_weights: bool = False
+    """share the output projection with the token embedding."""
+    activation: str = "gelu"
+    """the feed-forward activation, ``"gelu"`` (GPT) or ``"relu"``."""
+    fused: bool = False
+    """attention through torch's fused kernel: the same results, no weights to record."""
+    max_distance: int | None = None
+    """the clipping distance M of ``pos="relative"`` (None: ``block_size``). With M below the
+    training length, the bias of the clipped offsets is trained too."""
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        if self.max_distance is None:
+            object.__setattr__(self, "max_distance", self.block_size)
+        _check_dropout(self.dropout)
+        for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff",
+                     "max_distance"):
+            _check_positive(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.pos not in _POSITIONS:
+            raise ValueError(
+                f"pos must be one of {', '.join(map(repr, _POSITIONS))}; got {self.pos!r}"
+            )
+        if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions: the head width {self.d_model // self.n_heads}"
+                " must be even"
+            )
+        if self.pos == "sinusoidal" and self.d_model % 2:
+            raise ValueError(
+                f"the sinusoidal table needs an even d_model (sines and cosines come in pairs), "
+                f"got {self.d_model}"
+            )
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f'activation must be "relu" or "gelu", got {self.activation!r}')
 
 
 class TransformerLM(nn.Module):
@@ -468,88 +534,81 @@ class TransformerLM(nn.Module):
     * ``"learned"``: a learned vector per position added to the embeddings (GPT); sequences
       longer than ``block_size`` raise an error;
     * ``"sinusoidal"``: the fixed sine/cosine table added to the embeddings;
-    * ``"rope"``: queries and keys rotated in every layer;
-    * ``"relative"``: a learned bias per head and clipped offset (up to ``max_distance``) in
-      every layer;
+    * ``"rope"``: a :class:`~coursepkg.positional.Rotary` that every layer's attention calls
+      on its queries and keys;
+    * ``"relative"``: a learned bias per head and clipped offset (up to ``max_distance``),
+      one table per layer, added to that layer's scores;
     * ``"none"``: no positions at all (the causal mask alone still tells a little).
 
     Every encoding but ``"learned"`` also runs on sequences longer than ``block_size``, the
     context ``coursepkg.lm.generate`` keeps.
 
-    Args:
-        vocab_size: V.
-        block_size: the training context length.
-        d_model: D.
-        n_heads: H.
-        n_layers: the number of blocks.
-        d_ff: F (default 4 D).
-        dropout: dropout on the embeddings, attention weights and sublayers.
-        pos: the positional encoding.
-        norm_first: pre-norm (GPT, default) or post-norm blocks.
-        tie_weights: share the output projection with the token embedding.
-        activation: ``"gelu"`` (GPT, default) or ``"relu"``.
-        fused: attention through torch's fused kernel (same results, no weights recorded).
-        max_distance: the clipping distance M of ``pos="relative"`` (default ``block_size``).
-            With M below the training length, the bias of the clipped offsets is trained too.
+    Build it from a :class:`TransformerConfig`, ``TransformerLM(config)``, or with the config's
+    arguments, ``TransformerLM(vocab_size, block_size, d_model, n_heads, n_layers, ...)``;
+    ``TransformerLM(config, fused=True)`` changes fields of a config. ``model.config`` holds
+    the result.
     """
 
     def __init__(
-        self,
-        vocab_size: int,
-        block_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        pos: PositionKind = "learned",
-        norm_first: bool = True,
-        *,
-        tie_weights: bool = False,
-        activation: str = "gelu",
-        fused: bool = False,
-        max_distance: int | None = None,
+        self, config: TransformerConfig | int | None = None, /, *args: Any, **kwargs: Any
     ) -> None:
         super().__init__()
-        _check_dropout(dropout)
-        max_distance = block_size if max_distance is None else max_distance
-        for name, value in (("vocab_size", vocab_size), ("block_size", block_size),
-                            ("d_model", d_model), ("n_layers", n_layers),
-                            ("max_distance", max_distance)):
-            _check_positive(name, value)
-        if pos not in _POSITIONS:
-            raise ValueError(f"pos must be one of {', '.join(map(repr, _POSITIONS))}; got {pos!r}")
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.vocab_size = vocab_size
-        self.block_size = block_size
-        self.d_model = d_model
-        self.pos = pos
-        self.token_embed = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.token_embed.weight, std=d_model**-0.5)  # unit scale after * sqrt(D)
+        if not isinstance(config, TransformerConfig):  # TransformerLM(vocab_size, ...)
+            args = args if config is None else (config, *args)
+            config = TransformerConfig(*args, **kwargs)
+        elif args:
+            raise TypeError("TransformerLM(config, ...) takes further fields by keyword only")
+        elif kwargs:
+            config = dataclasses.replace(config, **kwargs)
+        self.config = config
+        D = config.d_model
+        self.token_embed = nn.Embedding(config.vocab_size, D)
+        nn.init.normal_(self.token_embed.weight, std=D**-0.5)  # unit scale after * sqrt(D)
         self.positions: nn.Module | None = None
-        if pos == "learned":
-            self.positions = LearnedPositionalEmbedding(block_size, d_model)
+        if config.pos == "learned":
+            self.positions = LearnedPositionalEmbedding(config.block_size, D)
             # The RMS of a sinusoidal entry: both absolute encodings start at the tokens' scale.
             nn.init.normal_(self.positions.weight, std=0.5**0.5)
-        elif pos == "sinusoidal":
-            self.positions = _SinusoidalPositions(d_model)
-        self.dropout = nn.Dropout(dropout)
-        rope_base = 10000.0 if pos == "rope" else None
+        elif config.pos == "sinusoidal":
+            self.positions = SinusoidalPositions(D)
+        self.rotary = Rotary() if config.pos == "rope" else None
+        self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(
-                d_model, n_heads, d_ff, dropout, norm_first, activation,
-                rope_base=rope_base, fused=fused,
+                D, config.n_heads, config.d_ff, config.dropout, config.norm_first,
+                config.activation, fused=config.fused,
             )
-            for _ in range(n_layers)
+            for _ in range(config.n_layers)
         )
         self.relative = (
-            nn.ModuleList(RelativePositionBias(n_heads, max_distance) for _ in range(n_layers))
-            if pos == "relative" else None
+            nn.ModuleList(RelativePositionBias(config.n_heads, config.max_distance)
+                          for _ in range(config.n_layers))
+            if config.pos == "relative" else None
         )
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
-        if tie_weights:
+        self.norm = nn.LayerNorm(D) if config.norm_first else nn.Identity()
+        self.head = nn.Linear(D, config.vocab_size, bias=not config.tie_weights)
+        if config.tie_weights:
             self.head.weight = self.token_embed.weight
+
+    @property
+    def vocab_size(self) -> int:
+        """V, from the config."""
+        return self.config.vocab_size
+
+    @property
+    def block_size(self) -> int:
+        """The training context length, from the config."""
+        return self.config.block_size
+
+    @property
+    def d_model(self) -> int:
+        """D, from the config."""
+        return self.config.d_model
+
+    @property
+    def pos(self) -> PositionKind:
+        """The positional encoding, from the config."""
+        return self.config.pos
 
     def forward(self, idx: Tensor) -> Tensor:
         """Next-token logits at every position.
@@ -569,14 +628,9 @@ class TransformerLM(nn.Module):
         x = self.dropout(x)
         mask = causal_mask(T, device=idx.device)  # (T, T)
         for i, layer in enumerate(self.layers):
-            bias = self.relative[i](T) if self.relative is not None else None  # (H, T, T)
-            x = layer(x, mask, score_bias=bias)
+            bias = None if self.relative is None else self.relative[i](T)[None]  # (1, H, T, T)
+            x = layer(x, mask, score_bias=bias, rotate=self.rotary)
         return self.head(self.norm(x))  # (B, T, V)
-
-    @property
-    def attn_weights(self) -> list[Tensor | None]:
-        """Each layer's self-attention weights (B, H, T, T) from the last forward."""
-        return [layer.attn_weights for layer in self.layers]
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, pos={self.pos!r}"

@@ -181,10 +181,10 @@ SHOWN_CODE = [
     *(("04_self_attention", "self_attention.py", name) for name in
       ["scaled_dot_product_attention", "SelfAttention.forward", "causal_mask"]),
     *(("05_multihead", "multihead.py", name) for name in
-      ["split_heads", "merge_heads", "MultiHeadAttention.forward"]),
+      ["split_heads", "merge_heads", "multi_head_attention"]),
     *(("06_positional", "positional.py", name) for name in
       ["LearnedPositionalEmbedding", "sinusoidal_encoding", "RelativePositionBias.offsets",
-       "RelativePositionBias.forward", "rope_angles", "apply_rope"]),
+       "RelativePositionBias.forward", "rope_angles", "apply_rope", "Rotary.forward"]),
     *(("07_transformer", "transformer.py", name) for name in
       ["FeedForward", "TransformerEncoderLayer.forward", "TransformerDecoderLayer.forward",
        "TransformerDecoderLayer._cross_block", "Transformer.encode", "Transformer.decode",

@@ -5,9 +5,13 @@ chapter 4's SelfAttention; the heads are a loop written as a reshape; split_head
 (an exact example, round trips, errors); the cost in parameters and FLOPs does not depend on
 the number of heads; properties (weights are distributions, masks, causality, permutation
 equivariance, heads are independent); dropout; errors; learning a task that needs two
-attention patterns at once."""
+attention patterns at once; the pure function multi_head_attention (equal to torch's
+F.multi_head_attention_forward and to the module); the call-time hooks (rotate, score_bias, one
+rule for 3-D masks and biases); the fused path; record_attention; imports only backward."""
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +21,15 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from coursepkg.multihead import MultiHeadAttention, merge_heads, split_heads
-from coursepkg.positional import apply_rope
+from coursepkg.multihead import (
+    MultiHeadAttention,
+    fused_multi_head_attention,
+    merge_heads,
+    multi_head_attention,
+    record_attention,
+    split_heads,
+)
+from coursepkg.positional import Rotary, apply_rope
 from coursepkg.self_attention import SelfAttention, causal_mask
 
 SMALL = settings(max_examples=20, deadline=None, derandomize=True)
@@ -857,23 +868,23 @@ def test_two_heads_learn_two_attention_patterns_at_once():
     assert on_previous[by_content] < 0.3 and on_marker[by_position] < 0.3
 
 
-# ----------------------------------------------------------------------------- RoPE, score bias
+# ----------------------------------------------------------------------------- rotate, score bias
 def by_hand(m: MultiHeadAttention, query, key, value, mask=None, score_bias=None,
-            q_positions=None, k_positions=None):
+            rope_base=None, q_positions=None, k_positions=None):
     """Attention written out with the module's weights: project, split the heads, rotate the
-    queries and keys with chapter 6's apply_rope (when the module has a rope_base), add the
-    bias to the scaled scores, mask, softmax, merge the heads, W^O."""
+    queries and keys with chapter 6's apply_rope (when rope_base is given), add the bias to
+    the scaled scores, mask, softmax, merge the heads, W^O. A 3-D mask or bias is (B, T, S)."""
     w_q, w_k, w_v = m.in_proj_weight.chunk(3)
     b_q, b_k, b_v = m.in_proj_bias.chunk(3)
     q = split_heads(query @ w_q.T + b_q, m.n_heads)  # (B, H, T, Dh)
     k = split_heads(key @ w_k.T + b_k, m.n_heads)  # (B, H, S, Dh)
     v = split_heads(value @ w_v.T + b_v, m.n_heads)  # (B, H, S, Dh)
-    if m.rope_base is not None:
-        q = apply_rope(q, q_positions, base=m.rope_base)
-        k = apply_rope(k, k_positions, base=m.rope_base)
+    if rope_base is not None:
+        q = apply_rope(q, q_positions, base=rope_base)
+        k = apply_rope(k, k_positions, base=rope_base)
     scores = q @ k.transpose(-2, -1) / math.sqrt(m.d_head)  # (B, H, T, S)
     if score_bias is not None:
-        scores = scores + score_bias
+        scores = scores + (score_bias[:, None] if score_bias.dim() == 3 else score_bias)
     if mask is not None:
         mask = mask[:, None] if mask.dim() == 3 else mask
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -881,51 +892,60 @@ def by_hand(m: MultiHeadAttention, query, key, value, mask=None, score_bias=None
     return m.out_proj(merge_heads(weights @ v)), weights
 
 
-def make_rope_module(D, H, base, seed, **kwargs):
-    torch.manual_seed(seed)
-    m = MultiHeadAttention(D, H, rope_base=base, **kwargs).double()
-    with torch.no_grad():
-        m.in_proj_bias.copy_(randn(3 * D, seed=seed + 9))
-    return m
-
-
 @pytest.mark.parametrize("base", [10000.0, 100.0])
 @pytest.mark.parametrize("self_attention", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
-def test_rope_base_rotates_the_split_queries_and_keys(base, self_attention, masked):
+def test_rotate_rotary_equals_apply_rope_on_the_split_queries_and_keys(base, self_attention,
+                                                                        masked):
     B, T, S, D, H = 2, 5, 5 if self_attention else 7, 8, 2
-    m = make_rope_module(D, H, base, seed=40)
+    m = make_module(D, H, True, seed=40)
     q = randn(B, T, D, seed=41)
     k, v = (q, q) if self_attention else (randn(B, S, D, seed=42), randn(B, S, D, seed=43))
     mask = random_mask((B, T, S), seed=44) if masked else None
     with torch.no_grad():
-        out, weights = m(q, k, v, mask)
-        out_ref, weights_ref = by_hand(m, q, k, v, mask)
-        plain = MultiHeadAttention(D, H).double()
-        plain.load_state_dict(m.state_dict())
-        out_plain, _ = plain(q, k, v, mask)
+        out, weights = m(q, k, v, mask, rotate=Rotary(base))
+        out_ref, weights_ref = by_hand(m, q, k, v, mask, rope_base=base)
+        out_plain, _ = m(q, k, v, mask)
+        out_other, _ = m(q, k, v, mask, rotate=Rotary(10000.0 if base == 100.0 else 100.0))
     torch.testing.assert_close(weights, weights_ref)
     torch.testing.assert_close(out, out_ref)
     assert not torch.allclose(out, out_plain)  # the rotation does something
-    other = make_rope_module(D, H, 10000.0 if base == 100.0 else 100.0, seed=40)
+    assert not torch.allclose(out_other, out)  # and the base matters
+
+
+def test_rotate_is_any_callable_on_the_split_queries_and_keys():
+    """The hook sees (B, H, T, Dh) queries and (B, H, S, Dh) keys, after the projections and
+    before the scores; here it scales the queries by 2, which doubles the scores."""
+    B, T, S, D, H = 2, 3, 4, 8, 2
+    m = make_module(D, H, True, seed=34)
+    q, kv = randn(B, T, D, seed=35), randn(B, S, D, seed=36)
+    seen = []
+
+    def double_queries(q_heads, k_heads):
+        seen.append((q_heads.shape, k_heads.shape))
+        return 2 * q_heads, k_heads
+
     with torch.no_grad():
-        assert not torch.allclose(other(q, k, v, mask)[0], out)  # and the base matters
+        _, weights = m(q, kv, kv, rotate=double_queries)
+        _, plain = m(q, kv, kv)
+    assert seen == [((B, H, T, D // H), (B, H, S, D // H))]
+    torch.testing.assert_close(weights, torch.softmax(2 * plain.log(), dim=-1))
 
 
 @SMALL
 @given(st.integers(-1000, 1000), st.integers(1, 6), st.integers(0, 2**16))
 def test_rope_attention_is_the_same_at_any_starting_position(start, T_, seed):
-    """The module puts query t and key s at positions t and s; rotating them by hand from
+    """Rotary puts query t and key s at positions t and s; rotating them by hand from
     positions start + t and start + s gives the same weights and output: the scores depend on
     the offsets only."""
-    m = make_rope_module(8, 2, 10000.0, seed=seed % 5)
+    m = make_module(8, 2, True, seed=seed % 5)
     x = randn(2, T_, 8, seed=seed)
     positions = start + torch.arange(T_)
     mask = causal_mask(T_)
     with torch.no_grad():
-        out, weights = m(x, x, x, mask)
-        out_ref, weights_ref = by_hand(m, x, x, x, mask, q_positions=positions,
-                                       k_positions=positions)
+        out, weights = m(x, x, x, mask, rotate=Rotary())
+        out_ref, weights_ref = by_hand(m, x, x, x, mask, rope_base=10000.0,
+                                       q_positions=positions, k_positions=positions)
     torch.testing.assert_close(weights, weights_ref, rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(out, out_ref, rtol=1e-9, atol=1e-11)
 
@@ -933,13 +953,18 @@ def test_rope_attention_is_the_same_at_any_starting_position(start, T_, seed):
 @pytest.mark.parametrize("d_model, n_heads", [(12, 4), (6, 2), (5, 5)])
 def test_rope_needs_an_even_head_width(d_model, n_heads):
     Dh = d_model // n_heads
-    with pytest.raises(ValueError, match=rf"head width {Dh} must be even"):
-        MultiHeadAttention(d_model, n_heads, rope_base=10000.0)
-    MultiHeadAttention(d_model, n_heads)  # without RoPE an odd head width is fine
+    m = MultiHeadAttention(d_model, n_heads)
+    x = torch.randn(1, 3, d_model)
+    with pytest.raises(ValueError, match=rf"Dh must be even, got {Dh}"):
+        m(x, x, x, rotate=Rotary())
+    m(x, x, x)  # without RoPE an odd head width is fine
 
 
-@pytest.mark.parametrize("bias_shape", [(2, 4, 6), (3, 2, 4, 6), (3, 1, 4, 6), (4, 6)], ids=str)
-def test_score_bias_is_added_to_the_scaled_scores_of_every_head(bias_shape):
+@pytest.mark.parametrize("bias_shape", [(3, 4, 6), (1, 2, 4, 6), (3, 2, 4, 6), (3, 1, 4, 6),
+                                        (4, 6)], ids=str)
+def test_score_bias_is_added_to_the_scaled_scores(bias_shape):
+    """(B, T, S) for every head, (1, H, T, S) per head for every sequence, (B, H, T, S),
+    (B, 1, T, S) and (T, S): the rule of the masks."""
     B, T, S, D, H = 3, 4, 6, 8, 2
     m = make_module(D, H, True, seed=45)
     q, k, v = randn(B, T, D, seed=46), randn(B, S, D, seed=47), randn(B, S, D, seed=48)
@@ -954,48 +979,75 @@ def test_score_bias_is_added_to_the_scaled_scores_of_every_head(bias_shape):
     assert bias.grad.shape == bias_shape and bias.grad.abs().sum() > 0
 
 
+def test_a_3d_score_bias_is_per_sequence_and_shared_by_the_heads_like_a_3d_mask():
+    """One rule: a 3-D bias (B, T, S) is the same as (B, 1, T, S), and a 3-D mask means the
+    same (B, T, S) as the bias: -inf in the bias and False in the mask hide the same keys."""
+    B, T, S, D, H = 2, 3, 5, 8, 2
+    m = make_module(D, H, True, seed=37)
+    q, kv = randn(B, T, D, seed=38), randn(B, S, D, seed=39)
+    bias = randn(B, T, S, seed=40)
+    mask = random_mask((B, T, S), seed=41)
+    with torch.no_grad():
+        out, weights = m(q, kv, kv, score_bias=bias)
+        out_4d, weights_4d = m(q, kv, kv, score_bias=bias[:, None])
+        _, masked = m(q, kv, kv, mask)
+        _, as_bias = m(q, kv, kv, score_bias=torch.zeros(B, T, S).masked_fill(~mask, -math.inf))
+    torch.testing.assert_close(out, out_4d, rtol=0, atol=0)
+    torch.testing.assert_close(weights, weights_4d, rtol=0, atol=0)
+    torch.testing.assert_close(masked, as_bias, rtol=0, atol=0)
+    assert not torch.allclose(weights[0], weights[1])  # each sequence has its own bias
+
+
+def test_a_head_first_3d_bias_is_refused_naming_both_shapes():
+    """(H, T, S) is not a per-head bias: it is read as (B, T, S), and refused when it does
+    not fit; a per-head bias is (1, H, T, S)."""
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(3, 4, 8)
+    with pytest.raises(ValueError, match=r"score_bias of shape \(2, 1, 4, 4\).*\(3, 2, 4, 4\)"):
+        m(x, x, x, score_bias=torch.zeros(2, 4, 4))
+    m(x, x, x, score_bias=torch.zeros(1, 2, 4, 4))  # fine
+
+
 # ----------------------------------------------------------------------------- fused path
 FUSED_MASKS = ["none", "causal", "TS", "BTS", "BHTS", "padding"]
 
 
-def fused_twin(m: MultiHeadAttention) -> MultiHeadAttention:
-    twin = MultiHeadAttention(m.d_model, m.n_heads, m.dropout, rope_base=m.rope_base,
-                              fused=True).to(m.in_proj_weight.dtype)
-    twin.load_state_dict(m.state_dict())
-    return twin.train(m.training)
-
-
 @pytest.mark.parametrize("masked", FUSED_MASKS)
-@pytest.mark.parametrize("bias", ["none", "HTS", "B1TS"])
+@pytest.mark.parametrize("bias", ["none", "1HTS", "B1TS", "BTS"])
 @pytest.mark.parametrize("rope", [None, 10000.0], ids=["no-rope", "rope"])
 def test_fused_path_equals_the_explicit_path(masked, bias, rope):
     """torch's fused kernel and the course's attention: the same outputs and the same
     gradients (inputs, every parameter, the score bias), with every kind of mask, with a
-    random score bias and with RoPE. The fused module returns None for the weights."""
+    random score bias and with RoPE. fused_forward returns the output alone."""
     B, T, D, H = 3, 5, 8, 2
-    explicit = make_rope_module(D, H, rope, seed=51)
-    fused = fused_twin(explicit)
+    m = make_module(D, H, True, seed=51)
+    rotate = None if rope is None else Rotary(rope)
     mask = {"none": None, "causal": causal_mask(T), "TS": random_mask((T, T), seed=52),
             "BTS": random_mask((B, T, T), seed=53), "BHTS": random_mask((B, H, T, T), seed=54),
             "padding": random_mask((B, 1, 1, T), seed=55)}[masked]
-    score_bias = {"none": None, "HTS": randn(H, T, T, seed=56),
-                  "B1TS": randn(B, 1, T, T, seed=57)}[bias]
+    score_bias = {"none": None, "1HTS": randn(1, H, T, T, seed=56),
+                  "B1TS": randn(B, 1, T, T, seed=57), "BTS": randn(B, T, T, seed=58)}[bias]
     x = randn(B, T, D, seed=58)
     kv = randn(B, T, D, seed=59)
     results = []
-    for m in (explicit, fused):
+    for fused in (False, True):
         m.zero_grad(set_to_none=True)
         leaves = [t.detach().clone().requires_grad_() for t in (x, kv)]
         sb = None if score_bias is None else score_bias.clone().requires_grad_()
-        out, weights = m(leaves[0], leaves[1], leaves[1], mask, score_bias=sb)
+        args = (leaves[0], leaves[1], leaves[1], mask)
+        if fused:
+            out = m.fused_forward(*args, score_bias=sb, rotate=rotate)
+        else:
+            out, weights = m(*args, score_bias=sb, rotate=rotate)
+            assert weights.shape == (B, H, T, T)
         (out * randn(*out.shape, seed=60)).sum().backward()
         grads = {"query": leaves[0].grad, "key_value": leaves[1].grad,
                  **{n: p.grad for n, p in m.named_parameters()}}
         if sb is not None:
             grads["score_bias"] = sb.grad
-        results.append((out, weights, grads))
-    (out, weights, grads), (out_f, weights_f, grads_f) = results
-    assert weights_f is None and weights is not None
+        results.append((out, grads))
+    (out, grads), (out_f, grads_f) = results
+    assert isinstance(out_f, torch.Tensor) and out_f.shape == (B, T, D)
     torch.testing.assert_close(out_f, out, rtol=1e-10, atol=1e-12)
     assert grads_f.keys() == grads.keys()
     for name in grads:
@@ -1006,33 +1058,218 @@ def test_fused_path_equals_the_explicit_path(masked, bias, rope):
 def test_fused_path_in_float32_with_padding_and_bias():
     B, T, S, D, H = 2, 4, 6, 8, 2
     torch.manual_seed(61)
-    explicit = MultiHeadAttention(D, H)
-    fused = fused_twin(explicit)
+    m = MultiHeadAttention(D, H)
     q, kv = torch.randn(B, T, D), torch.randn(B, S, D)
-    mask, bias = random_mask((B, 1, 1, S), seed=62), torch.randn(H, T, S)
+    mask, bias = random_mask((B, 1, 1, S), seed=62), torch.randn(1, H, T, S)
     with torch.no_grad():
-        out, weights = explicit(q, kv, kv, mask, score_bias=bias)
-        out_f, weights_f = fused(q, kv, kv, mask, score_bias=bias)
-    assert out_f.dtype == torch.float32 and weights_f is None
+        out, weights = m(q, kv, kv, mask, score_bias=bias)
+        out_f = m.fused_forward(q, kv, kv, mask, score_bias=bias)
+    assert out_f.dtype == torch.float32
     torch.testing.assert_close(out_f, out)
 
 
 def test_fused_dropout_is_off_in_eval_mode_and_on_in_training():
     torch.manual_seed(63)
-    explicit = MultiHeadAttention(8, 2, dropout=0.5).double().eval()
-    fused = fused_twin(explicit)
+    m = MultiHeadAttention(8, 2, dropout=0.5).double().eval()
     x = randn(2, 5, 8, seed=64)
     with torch.no_grad():
-        out = explicit(x, x, x)[0]
-        torch.testing.assert_close(fused(x, x, x)[0], out)
-        fused.train()
-        assert not torch.allclose(fused(x, x, x)[0], out)
+        out = m(x, x, x)[0]
+        torch.testing.assert_close(m.fused_forward(x, x, x), out)
+        m.train()
+        assert not torch.allclose(m.fused_forward(x, x, x), out)
 
 
-def test_fused_path_refuses_a_non_boolean_mask_and_repr_shows_the_options():
-    m = MultiHeadAttention(8, 2, fused=True, rope_base=500.0)
+def test_fused_path_refuses_what_forward_refuses():
+    m = MultiHeadAttention(8, 2)
     x = torch.randn(2, 3, 8)
     with pytest.raises(ValueError, match=r"mask must be boolean.*torch.float32"):
-        m(x, x, x, torch.ones(3, 3))
-    assert "rope_base=500.0" in repr(m) and "fused=True" in repr(m)
-    assert "rope_base" not in repr(MultiHeadAttention(8, 2))
+        m.fused_forward(x, x, x, torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 1, 3, 3\) does not broadcast"):
+        m.fused_forward(x, x, x, torch.ones(4, 3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"expected key of shape \(B, length, 8\)"):
+        m.fused_forward(x, x[..., :4], x)
+    assert "d_model=8, n_heads=2, d_head=4, dropout=0.0, bias=True" in repr(m)
+
+
+def test_forward_always_returns_the_weights():
+    """No flag changes forward's return type: (out, weights), in training and in eval."""
+    m = MultiHeadAttention(8, 2, dropout=0.1)
+    x = torch.randn(2, 3, 8)
+    for training in (True, False):
+        out, weights = m.train(training)(x, x, x)
+        assert out.shape == (2, 3, 8) and weights.shape == (2, 2, 3, 3)
+
+
+# ----------------------------------------------------------------------------- the pure function
+def torch_functional(query, key, value, m: MultiHeadAttention, mask=None):
+    """torch's F.multi_head_attention_forward (time-first, True = may NOT attend, a 3-D mask
+    is (B * H, T, S)) with the module's weights: (out (B, T, D), weights (B, H, T, S))."""
+    B, T, S, H = query.shape[0], query.shape[1], key.shape[1], m.n_heads
+    attn_mask = None
+    if mask is not None:
+        attn_mask = ~mask.expand(B, H, T, S).reshape(B * H, T, S)
+    out, weights = F.multi_head_attention_forward(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), m.d_model, H,
+        m.in_proj_weight, m.in_proj_bias, None, None, False, 0.0, m.out_proj.weight,
+        m.out_proj.bias, training=False, need_weights=True, attn_mask=attn_mask,
+        average_attn_weights=False)
+    return out.transpose(0, 1), weights
+
+
+@pytest.mark.parametrize("masked", ["none", "causal", "TS", "BHTS"])
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_multi_head_attention_equals_torch_s_functional_form(masked, self_attention):
+    """The pure function against F.multi_head_attention_forward in float64: outputs, per-head
+    weights, and the gradients of the inputs and of the four weight tensors."""
+    B, T, D, H = 2, 4, 8, 2
+    S = T if self_attention or masked == "causal" else 6
+    m = make_module(D, H, True, seed=70)
+    with torch.no_grad():
+        m.out_proj.bias.copy_(randn(D, seed=71))
+    mask = {"none": None, "causal": causal_mask(T), "TS": random_mask((T, S), seed=72),
+            "BHTS": random_mask((B, H, T, S), seed=73)}[masked]
+    q = randn(B, T, D, seed=74)
+    k, v = (q, q) if self_attention else (randn(B, S, D, seed=75), randn(B, S, D, seed=76))
+    params = [m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias]
+    results = []
+    for fn in ("ours", "torch"):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        for p_ in params:
+            p_.grad = None
+        if fn == "ours":
+            out, weights = multi_head_attention(*leaves, *params, H, mask)
+        else:
+            out, weights = torch_functional(*leaves, m, mask)
+        loss = (out * randn(*out.shape, seed=77)).sum() + (
+            weights * randn(*weights.shape, seed=78)).sum()
+        loss.backward()
+        results.append((out, weights, [t.grad for t in leaves] + [p_.grad for p_ in params]))
+    (out, weights, grads), (out_ref, weights_ref, grads_ref) = results
+    assert out.shape == (B, T, D) and weights.shape == (B, H, T, S)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(weights, weights_ref)
+    for name, g, g_ref in zip(["query", "key", "value", "in_proj_weight", "in_proj_bias",
+                               "out_proj.weight", "out_proj.bias"], grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref, msg=lambda msg, name=name: f"{name}: {msg}")
+
+
+def test_the_module_is_the_pure_function_with_its_weights():
+    """forward is the function called with the module's parameters (bit for bit), with
+    dropout_p = the module's dropout in training and 0 in eval; without biases too."""
+    for bias in (True, False):
+        torch.manual_seed(79)
+        m = MultiHeadAttention(8, 2, dropout=0.25, bias=bias).double()
+        q, kv = randn(2, 3, 8, seed=80), randn(2, 5, 8, seed=81)
+        mask, sb = random_mask((2, 3, 5), seed=82), randn(1, 2, 3, 5, seed=83)
+        weights_ = (m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias)
+        with torch.no_grad():
+            for training, p in ((False, 0.0), (True, 0.25)):
+                m.train(training)
+                torch.manual_seed(84)
+                out, weights = m(q, kv, kv, mask, score_bias=sb, rotate=Rotary())
+                torch.manual_seed(84)
+                out_f, weights_f = multi_head_attention(q, kv, kv, *weights_, 2, mask,
+                                                        score_bias=sb, rotate=Rotary(),
+                                                        dropout_p=p)
+                torch.testing.assert_close(out, out_f, rtol=0, atol=0)
+                torch.testing.assert_close(weights, weights_f, rtol=0, atol=0)
+                torch.manual_seed(84)
+                fused = fused_multi_head_attention(q, kv, kv, *weights_, 2, mask, score_bias=sb,
+                                                   rotate=Rotary(), dropout_p=0.0)
+                if not training:
+                    torch.testing.assert_close(fused, out, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- record_attention
+class TwoLayers(nn.Module):
+    """Two attention layers and something that is not attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = MultiHeadAttention(8, 2)
+        self.mlp = nn.Linear(8, 8)
+        self.second = nn.ModuleDict({"attn": MultiHeadAttention(8, 4)})
+
+    def forward(self, x, memory):
+        x = x + self.first(x, x, x, causal_mask(x.shape[1]))[0]
+        return self.second["attn"](self.mlp(x), memory, memory)[0]
+
+
+def test_record_attention_returns_every_layer_s_weights_by_name_in_order():
+    torch.manual_seed(85)
+    model = TwoLayers().double()
+    x, memory = randn(2, 3, 8, seed=86), randn(2, 5, 8, seed=87)
+    with record_attention(model) as maps:
+        assert maps == {}
+        out = model(x, memory)
+    assert list(maps) == ["first", "second.attn"]
+    assert maps["first"].shape == (2, 2, 3, 3) and maps["second.attn"].shape == (2, 4, 3, 5)
+    assert all(not w.requires_grad for w in maps.values()) and out.requires_grad
+    # the weights forward returned, in the order the layers ran
+    expected_first = model.first(x, x, x, causal_mask(3))[1]
+    torch.testing.assert_close(maps["first"], expected_first, rtol=0, atol=0)
+    # a second forward replaces them: the maps are the last forward's
+    with record_attention(model) as maps:
+        model(x, memory)
+        model(x[:, :2], memory)
+    assert maps["first"].shape == (2, 2, 2, 2)
+    # a MultiHeadAttention alone is recorded under ""
+    with record_attention(model.first) as maps:
+        model(x, memory)
+    assert list(maps) == [""]
+
+
+def test_record_attention_removes_its_hooks_on_exit_and_on_an_exception():
+    model = TwoLayers()
+    x = torch.randn(1, 3, 8)
+    with record_attention(model) as maps:
+        model(x, x)
+    model(x[:, :1], x)  # after the block: nothing more is recorded
+    assert maps["first"].shape == (1, 2, 3, 3)
+    with pytest.raises(RuntimeError, match="boom"), record_attention(model) as maps:
+        model(x, x)
+        raise RuntimeError("boom")
+    for module in (model.first, model.second["attn"]):
+        assert not module._forward_hooks and not module._forward_pre_hooks
+    model(x, x)
+    assert maps["first"].shape == (1, 2, 3, 3)
+
+
+def test_no_weights_are_stored_on_the_module():
+    m = MultiHeadAttention(8, 2)
+    before = set(vars(m))
+    x = torch.randn(2, 3, 8)
+    m(x, x, x)
+    m.fused_forward(x, x, x)
+    assert set(vars(m)) == before
+    assert not [name for name in dir(m) if "weights" in name]
+
+
+def test_fused_forward_records_nothing():
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    with record_attention(m) as maps:
+        m.fused_forward(x, x, x)
+    assert maps == {}
+
+
+# ----------------------------------------------------------------------------- book order
+BOOK_ORDER = ["ngram", "rnn", "attention", "self_attention", "multihead", "positional",
+              "transformer", "lm"]
+
+
+@pytest.mark.parametrize("module", ["multihead", "positional", "transformer"])
+def test_imports_point_only_backward_in_the_book(module):
+    """multihead (chapter 5) imports nothing of positional (chapter 6) or later: chapter 6's
+    encodings reach attention as values at call time."""
+    path = Path(__file__).resolve().parents[1] / "coursepkg" / f"{module}.py"
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    imported = {name.split(".")[1] for name in names if name.startswith("coursepkg.")}
+    assert "torch" in names, "the test reads the module's imports"
+    later = set(BOOK_ORDER[BOOK_ORDER.index(module):])
+    assert not imported & later, f"{module} imports {sorted(imported & later)}"

@@ -5,7 +5,9 @@ at 0, norms kept, the plain 2-D rotation when Dh = 2, scores that depend only on
 and explicit positions, base, leading dimensions, inverse and composition, gradients); the
 angles by hand; the relative position bias (shape, one shared number per clipped offset,
 gradients only into the offsets used); the learned embedding (first T rows, max_len, training);
-and the errors of each."""
+the modules that serve attention at call time (SinusoidalPositions, Rotary, the bias) and their
+offsets (queries at offset .. offset+T-1 give the last T rows of the full computation); and the
+errors of each."""
 
 import math
 
@@ -17,6 +19,8 @@ from hypothesis import strategies as st
 from coursepkg.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    Rotary,
+    SinusoidalPositions,
     apply_rope,
     rope_angles,
     sinusoidal_encoding,
@@ -161,6 +165,49 @@ def test_dot_product_of_two_positions_depends_only_on_their_offset():
         torch.testing.assert_close(diagonal, diagonal[0].expand_as(diagonal), rtol=0, atol=1e-12)
     torch.testing.assert_close(gram.diagonal(), torch.full((T,), d / 2, dtype=F64))
     assert gram.diagonal(1)[0] > gram.diagonal(20)[0]  # near positions are more alike
+
+
+# ----------------------------------------------------------------------------- SinusoidalPositions
+@pytest.mark.parametrize("T, offset", [(1, 0), (5, 0), (300, 0), (4, 3), (2, 1000)], ids=str)
+def test_sinusoidal_positions_are_the_table_at_any_length_and_offset(T, offset):
+    module = SinusoidalPositions(6)
+    rows = module(T, offset=offset)
+    assert rows.shape == (T, 6) and rows.dtype == torch.float32
+    assert torch.equal(rows, sinusoidal_encoding(offset + T, 6)[offset:])
+    if offset == 0:
+        assert torch.equal(module(T), rows)
+
+
+def test_sinusoidal_positions_follow_the_module_s_dtype_at_full_precision():
+    """After .double(), the rows are computed in float64, not float32 rows widened."""
+    module = SinusoidalPositions(8).double()
+    for T in (1, 40, 500):
+        torch.testing.assert_close(module(T), sinusoidal_encoding(T, 8, dtype=F64),
+                                   rtol=0, atol=1e-15)
+
+
+def test_sinusoidal_positions_store_nothing_and_keep_no_cache():
+    """No parameters, nothing in the state dict, and a long call leaves no state behind."""
+    module = SinusoidalPositions(4)
+    state = {name: t.clone() for name, t in module.named_buffers()}
+    attributes = dict(vars(module))
+    assert not list(module.parameters()) and module.state_dict() == {}
+    module(5000)
+    assert {name: t.shape for name, t in module.named_buffers()} == {
+        name: t.shape for name, t in state.items()}
+    assert vars(module).keys() == attributes.keys()
+
+
+def test_sinusoidal_positions_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="d must be even"):
+        SinusoidalPositions(5)
+    with pytest.raises(ValueError, match="d must be a positive int"):
+        SinusoidalPositions(0)
+    module = SinusoidalPositions(4)
+    with pytest.raises(ValueError, match="T must be a positive int"):
+        module(0)
+    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -1"):
+        module(3, offset=-1)
 
 
 # ----------------------------------------------------------------------------- learned
@@ -438,6 +485,43 @@ def test_rope_positions_of_the_wrong_shape_are_rejected(shape):
         apply_rope(x, torch.zeros(shape, dtype=torch.long))
 
 
+# ----------------------------------------------------------------------------- Rotary
+@pytest.mark.parametrize("base", [10000.0, 50.0])
+def test_rotary_is_apply_rope_on_the_queries_and_on_the_keys(base):
+    """Queries (..., T, Dh) at 0 .. T-1 and keys (..., S, Dh) at 0 .. S-1, S != T."""
+    q, k = randn(2, 3, 4, 6, seed=90), randn(2, 3, 7, 6, seed=91)
+    q_rot, k_rot = Rotary(base)(q, k)
+    assert torch.equal(q_rot, apply_rope(q, base=base))
+    assert torch.equal(k_rot, apply_rope(k, base=base))
+
+
+@SMALL
+@given(st.integers(0, 40), st.integers(1, 6), st.integers(0, 2**16))
+def test_rotary_offset_gives_the_last_rows_of_the_full_scores(offset, T, seed):
+    """Queries at offset .. offset+T-1 against the keys at 0 .. offset+T-1 (what a cache of
+    the earlier keys would hold) score as the last T rows of the full sequence."""
+    L = offset + T
+    q_full, k_full = randn(2, L, 8, seed=seed), randn(2, L, 8, seed=seed + 1)
+    rotary = Rotary()
+    q_rot, k_rot = rotary(q_full, k_full)
+    full = q_rot @ k_rot.transpose(-2, -1)  # (2, L, L)
+    q_last, k_again = rotary(q_full[:, offset:], k_full, offset=offset)
+    assert torch.equal(k_again, k_rot)
+    torch.testing.assert_close(q_last @ k_again.transpose(-2, -1), full[:, offset:],
+                               rtol=0, atol=1e-12)
+
+
+def test_rotary_has_no_parameters_and_refuses_a_negative_offset():
+    rotary = Rotary(500.0)
+    assert not list(rotary.parameters()) and rotary.state_dict() == {}
+    assert "base=500.0" in repr(rotary)
+    x = torch.randn(1, 3, 4)
+    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -2"):
+        rotary(x, x, offset=-2)
+    with pytest.raises(ValueError, match="Dh must be even, got 3"):
+        rotary(torch.randn(1, 3, 3), torch.randn(1, 3, 3))
+
+
 # ----------------------------------------------------------------------------- relative bias
 def random_bias_module(H: int, M: int, seed: int = 0) -> RelativePositionBias:
     """Its bias starts at zeros: fill it with distinct random numbers."""
@@ -507,6 +591,30 @@ def test_relative_bias_gradients_reach_only_the_offsets_used(T, S, M):
     unused = [c for c in range(2 * M + 1) if c not in used]
     assert (module.bias.grad[:, unused] == 0).all()
     assert (module.bias.grad[:, sorted(used)] != 0).all()
+
+
+@pytest.mark.parametrize("T, offset, M", [(1, 0, 2), (1, 7, 3), (3, 4, 2), (5, 2, 10)],
+                         ids=str)
+def test_relative_bias_offset_gives_the_last_rows_of_the_full_bias(T, offset, M):
+    """Queries at offset .. offset+T-1: the last T rows of the bias of offset + T positions,
+    with S = offset + T keys by default; with an explicit S, entry [h, t, s] is the bias of
+    s - (offset + t)."""
+    module = random_bias_module(2, M, seed=T + offset)
+    full = module(offset + T)  # (H, offset + T, offset + T)
+    assert torch.equal(module(T, offset=offset), full[:, offset:])
+    out = module(T, 4, offset=offset)
+    for t in range(T):
+        for j in range(4):
+            index = min(max(j - (offset + t), -M), M) + M
+            assert torch.equal(out[:, t, j], module.bias[:, index]), (t, j)
+
+
+def test_relative_bias_offsets_with_an_offset_small_example():
+    module = RelativePositionBias(1, 1)
+    assert module.offsets(1, offset=2).tolist() == [[0, 0, 1]]  # query 2 against keys 0, 1, 2
+    assert module.offsets(2, 2, offset=1).tolist() == [[0, 1], [0, 0]]
+    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -1"):
+        module(2, offset=-1)
 
 
 @pytest.mark.parametrize("bad", BAD_SIZES)

@@ -4,10 +4,12 @@ relu and gelu, causal, padding and per-batch masks, outputs and the gradients of
 every parameter, float64 and float32); the feed-forward network; gradient checks; dropout;
 TransformerLM (causal for every positional encoding, lengths beyond block_size, what each encoding
 feeds the layers, the relative bias's direction, the fused path equals the explicit one, weight
-tying, overfitting one batch, errors); the encoder-decoder Transformer (shapes, source padding
-never matters, greedy translation and its attention, the loss, overfitting one batch, learning to
-reverse sequences, errors)."""
+tying, overfitting one batch, errors, TransformerConfig and the keywords build the same model);
+attention maps come from record_attention and no module keeps them; the encoder-decoder
+Transformer (shapes, source padding never matters, greedy translation and its attention, the loss,
+overfitting one batch, learning to reverse sequences, errors)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -19,11 +21,13 @@ from torch import nn
 from torch.func import functional_call
 
 from coursepkg.data import SeqCodec, reverse_task
-from coursepkg.positional import sinusoidal_encoding
+from coursepkg.multihead import record_attention
+from coursepkg.positional import Rotary, sinusoidal_encoding
 from coursepkg.self_attention import causal_mask
 from coursepkg.transformer import (
     FeedForward,
     Transformer,
+    TransformerConfig,
     TransformerDecoderLayer,
     TransformerEncoderLayer,
     TransformerLM,
@@ -184,12 +188,13 @@ def test_encoder_layer_equals_torch(norm_first, activation, masked):
                                   seed=len(masked))
     attn_mask, padding, mask = attention_masks(masked, B, H, T, T, seed=3)
     x = randn(B, T, D, seed=1)
-    results = run_pair(ref, ours, [x],
-                       {"src_mask": attn_mask, "src_key_padding_mask": padding}, [mask])
+    with record_attention(ours) as maps:
+        results = run_pair(ref, ours, [x],
+                           {"src_mask": attn_mask, "src_key_padding_mask": padding}, [mask])
     assert results[1][0].shape == (B, T, D)
     assert_same(results)
-    # the weights of the last forward are kept, detached, zero where masked
-    weights = ours.attn_weights
+    # the recorder has the weights of the forward, detached, zero where masked
+    weights = maps["self_attn"]
     assert weights.shape == (B, H, T, T) and not weights.requires_grad
     if mask is not None:
         full = (mask[:, None] if mask.dim() == 3 else mask).expand(B, H, T, T)
@@ -209,16 +214,18 @@ def test_decoder_layer_equals_torch(norm_first, activation, self_masked, memory_
     torch_kwargs = {"tgt_mask": tgt_mask, "memory_mask": memory_mask,
                     "tgt_key_padding_mask": tgt_padding,
                     "memory_key_padding_mask": memory_padding}
-    results = run_pair(ref, ours, [x, memory], torch_kwargs, [self_mask, cross_mask])
+    with record_attention(ours) as maps:
+        results = run_pair(ref, ours, [x, memory], torch_kwargs, [self_mask, cross_mask])
     out, grads = results[1]
     assert out.shape == (B, T, D) and grads["input1"].shape == (B, S, D)
     assert_same(results)
-    assert ours.self_attn_weights.shape == (B, H, T, T)
-    assert ours.cross_attn_weights.shape == (B, H, T, S)
-    torch.testing.assert_close(ours.cross_attn_weights.sum(-1), torch.ones(B, H, T, dtype=F64))
+    assert list(maps) == ["self_attn", "cross_attn"]
+    assert maps["self_attn"].shape == (B, H, T, T)
+    assert maps["cross_attn"].shape == (B, H, T, S)
+    torch.testing.assert_close(maps["cross_attn"].sum(-1), torch.ones(B, H, T, dtype=F64))
     if cross_mask is not None:
         full = (cross_mask[:, None] if cross_mask.dim() == 3 else cross_mask).expand(B, H, T, S)
-        assert (ours.cross_attn_weights[~full] == 0).all()
+        assert (maps["cross_attn"][~full] == 0).all()
 
 
 def test_the_masks_in_the_parity_tests_really_mask():
@@ -437,11 +444,12 @@ def test_lm_shapes_and_dtypes(pos):
         torch.manual_seed(0)
         lm = TransformerLM(V, BLOCK, D_LM, H_LM, 2, pos=pos).to(dtype)
         for T in (1, 3, BLOCK):
-            logits = lm(tokens(2, T, seed=T))
+            with record_attention(lm) as maps:
+                logits = lm(tokens(2, T, seed=T))
             assert logits.shape == (2, T, V) and logits.dtype == dtype
             assert torch.isfinite(logits).all()
-    weights = lm.attn_weights
-    assert len(weights) == 2 and all(w.shape == (2, H_LM, BLOCK, BLOCK) for w in weights)
+            assert list(maps) == ["layers.0.self_attn", "layers.1.self_attn"]
+            assert all(w.shape == (2, H_LM, T, T) and w.dtype == dtype for w in maps.values())
     assert f"pos={pos!r}" in repr(lm)
 
 
@@ -477,7 +485,7 @@ def test_lm_runs_beyond_block_size_except_learned(pos):
         prefix = lm(idx[:, :BLOCK])
     assert logits.shape == (2, 3 * BLOCK + 1, V) and torch.isfinite(logits).all()
     torch.testing.assert_close(logits[:, :BLOCK], prefix)  # causal: the prefix is unchanged
-    # and a long run does not change what a short one gives afterwards (cached tables)
+    # and a long run does not change what a short one gives afterwards (no state kept)
     with torch.no_grad():
         torch.testing.assert_close(lm(idx[:, :BLOCK]), prefix, rtol=0, atol=0)
 
@@ -536,12 +544,16 @@ def test_what_each_position_encoding_feeds_the_layers(pos, norm_first):
         mask = call["args"][1] if len(call["args"]) > 1 else call["kwargs"]["mask"]
         assert torch.equal(mask, causal_mask(T)), i
         score_bias = call["kwargs"].get("score_bias")
-        if pos == "relative":
-            torch.testing.assert_close(score_bias, lm.relative[i](T), rtol=0, atol=0)
-            assert score_bias.shape == (H_LM, T, T)
+        if pos == "relative":  # the layer's own table, per head: (1, H, T, T)
+            torch.testing.assert_close(score_bias, lm.relative[i](T)[None], rtol=0, atol=0)
+            assert score_bias.shape == (1, H_LM, T, T)
         else:
             assert score_bias is None
-        assert lm.layers[i].self_attn.rope_base == (10000.0 if pos == "rope" else None)
+        rotate = call["kwargs"].get("rotate")
+        if pos == "rope":  # one Rotary, passed to every layer
+            assert isinstance(rotate, Rotary) and rotate.base == 10000.0 and rotate is lm.rotary
+        else:
+            assert rotate is None and lm.rotary is None
         assert lm.layers[i].norm_first == norm_first
     torch.testing.assert_close(calls[1]["args"][0], calls[0]["out"], rtol=0, atol=0)
     last = calls[-1]["out"]
@@ -570,9 +582,9 @@ def test_scores_of_equal_tokens_depend_on_the_offset_only_without_absolute_posit
     the pattern."""
     lm = make_lm(pos, seed=5)
     T = BLOCK
-    with torch.no_grad():
+    with torch.no_grad(), record_attention(lm) as maps:
         lm(torch.full((1, T), 4))
-    weights = lm.attn_weights[0][0]  # (H, T, T) of the first layer
+    weights = maps["layers.0.self_attn"][0]  # (H, T, T) of the first layer
     logw = weights.log()
     diffs = {}  # offset d -> log w[t, t - d] - log w[t, t] for every t >= d
     for d in range(1, T):
@@ -633,13 +645,14 @@ def test_relative_bias_is_indexed_by_key_minus_query(offset, looks_at):
     with torch.no_grad():
         for rel in lm.relative:
             rel.bias.zero_()
-        logits_zero = lm(idx)
-        weights_zero = lm.attn_weights
+        with record_attention(lm) as maps_zero:
+            logits_zero = lm(idx)
         for rel in lm.relative:
             rel.bias[:, M + offset] = 50.0
-        logits = lm(idx)
+        with record_attention(lm) as maps:
+            logits = lm(idx)
     t = torch.arange(1, BLOCK)
-    for weights, zero in zip(lm.attn_weights, weights_zero, strict=True):  # (B, H, T, T)
+    for weights, zero in zip(maps.values(), maps_zero.values(), strict=True):  # (B, H, T, T)
         assert (weights[..., ~causal_mask(BLOCK)] == 0).all()  # never the future
         assert (weights[..., 0, 0] == 1).all()
         if looks_at == "previous":
@@ -661,19 +674,21 @@ def test_lm_fused_attention_equals_the_explicit_path(pos, norm_first):
     fused = TransformerLM(V, BLOCK, D_LM, H_LM, 2, pos=pos, norm_first=norm_first,
                           fused=True).double()
     fused.load_state_dict(explicit.state_dict())
-    assert all(layer.self_attn.fused for layer in fused.layers)
+    assert all(layer.fused for layer in fused.layers) and fused.config.fused
+    assert not any(layer.fused for layer in explicit.layers)
     idx = tokens(3, BLOCK, seed=10)
     outs = []
     for lm in (explicit, fused):
         lm.train()
         lm.zero_grad(set_to_none=True)
-        logits = lm(idx)
+        with record_attention(lm) as maps:
+            logits = lm(idx)
         loss_of(logits).backward()
-        outs.append((logits, param_grads(lm)))
+        outs.append((logits, param_grads(lm), maps))
     torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-10, atol=1e-10)
     assert_grads_close(outs[1][1], outs[0][1], rtol=1e-9, atol=1e-10)
-    assert fused.attn_weights == [None, None]
-    assert all(w is not None for w in explicit.attn_weights)
+    assert outs[1][2] == {}  # the fused kernel computes no weights to record
+    assert len(outs[0][2]) == 2
 
 
 def test_weight_tying_shares_the_embedding_and_still_trains():
@@ -767,6 +782,107 @@ def test_lm_bad_arguments_are_rejected(kwargs, match):
         TransformerLM(**args)
 
 
+CONFIG_CASES = [
+    dict(pos="learned"),
+    dict(pos="rope", d_ff=24, dropout=0.1, norm_first=False),
+    dict(pos="relative", max_distance=3, tie_weights=True, activation="relu"),
+    dict(pos="sinusoidal", fused=True),
+    dict(pos="none"),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIG_CASES, ids=lambda kw: kw["pos"])
+def test_a_config_and_the_keywords_build_the_same_model(kwargs):
+    """TransformerLM(TransformerConfig(...)) and TransformerLM(...) with the same arguments:
+    the same config, state_dict keys and shapes, and (same seed) the same weights and logits."""
+    config = TransformerConfig(V, BLOCK, D_LM, H_LM, 2, **kwargs)
+    torch.manual_seed(0)
+    from_config = TransformerLM(config)
+    torch.manual_seed(0)
+    from_keywords = TransformerLM(V, BLOCK, D_LM, H_LM, 2, **kwargs)
+    torch.manual_seed(0)
+    all_keywords = TransformerLM(vocab_size=V, block_size=BLOCK, d_model=D_LM, n_heads=H_LM,
+                                 n_layers=2, **kwargs)
+    assert from_config.config == from_keywords.config == all_keywords.config == config
+    idx = tokens(2, 6, seed=13)
+    logits = from_config.eval()(idx)
+    for other in (from_keywords, all_keywords):
+        a, b = from_config.state_dict(), other.state_dict()
+        assert list(a) == list(b) and all(a[k].shape == b[k].shape for k in a)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        torch.testing.assert_close(other.eval()(idx), logits, rtol=0, atol=0)
+    assert repr(from_config) == repr(from_keywords)
+
+
+def test_the_config_holds_the_real_sizes_and_is_frozen():
+    config = TransformerConfig(V, BLOCK, D_LM, H_LM, 2)
+    assert config.d_ff == 4 * D_LM and config.max_distance == BLOCK  # None: the defaults
+    assert config == TransformerConfig(V, BLOCK, D_LM, H_LM, 2, d_ff=4 * D_LM,
+                                       max_distance=BLOCK)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.pos = "rope"
+    with pytest.raises(TypeError):  # the fields after norm_first are keyword-only
+        TransformerConfig(V, BLOCK, D_LM, H_LM, 2, None, 0.0, "learned", True, True)
+    lm = TransformerLM(config)
+    assert lm.config is config
+    assert (lm.vocab_size, lm.block_size, lm.d_model, lm.pos) == (V, BLOCK, D_LM, "learned")
+    assert lm.layers[0].ff.linear1.out_features == 4 * D_LM
+
+
+def test_a_config_with_changed_fields():
+    """TransformerLM(config, fused=True) is the config with that field replaced; positional
+    arguments after a config are refused."""
+    config = TransformerConfig(V, BLOCK, D_LM, H_LM, 2, pos="rope")
+    fused = TransformerLM(config, fused=True)
+    assert fused.config == dataclasses.replace(config, fused=True) and not config.fused
+    assert all(layer.fused for layer in fused.layers)
+    with pytest.raises(TypeError, match="keyword"):
+        TransformerLM(config, 8)
+    with pytest.raises(ValueError, match="pos must be one of"):
+        TransformerLM(config, pos="alibi")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"pos": "rope", "d_model": 12, "n_heads": 4}, r"head width 3 must be even"),
+    ({"n_heads": 0}, "n_heads must be a positive int"),
+    ({"d_ff": 0}, "d_ff must be a positive int"),
+    ({"max_distance": 0}, "max_distance must be a positive int"),
+    ({"pos": "sinusoidal", "d_model": 9, "n_heads": 3}, "sinusoidal table needs an even"),
+], ids=str)
+def test_a_bad_config_is_refused_when_it_is_made(kwargs, match):
+    args = {"vocab_size": V, "block_size": BLOCK, "d_model": 8, "n_heads": 2, "n_layers": 1,
+            **kwargs}
+    with pytest.raises(ValueError, match=match):
+        TransformerConfig(**args)
+
+
+def module_state(model: nn.Module) -> dict[str, set[str]]:
+    """The attribute names of every submodule (parameters and buffers are kept apart by
+    nn.Module, so a new entry here is a plain attribute set by forward)."""
+    return {name: set(vars(m)) for name, m in model.named_modules()}
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_no_module_keeps_attention_weights_after_forward(fused):
+    """No results are stored on modules: forward leaves every submodule's attributes as they
+    were, and no attribute of any module is named like attention weights."""
+    models = [make_lm(pos, fused=fused) for pos in POSITIONS] + [make_seq2seq()]
+    idx = tokens(2, 6, seed=14)
+    for model in models:
+        before = module_state(model)
+        with torch.no_grad():
+            if isinstance(model, Transformer):
+                model(idx, idx)
+                model.translate(idx, 3, bos=1)
+            else:
+                model(idx)
+        assert module_state(model) == before
+        for name, m in model.named_modules():
+            attributes = set(vars(m)) | set(m._buffers) | {
+                a for a in dir(type(m)) if isinstance(getattr(type(m), a), property)}
+            assert not {a for a in attributes if "attn_weights" in a}, name
+
+
 def test_an_odd_head_width_is_fine_without_rope():
     for pos in ("learned", "relative", "none"):
         assert TransformerLM(V, BLOCK, 12, 4, 1, pos=pos)(tokens(1, 3, 0)).shape == (1, 3, V)
@@ -849,8 +965,15 @@ def test_seq2seq_shapes(norm_first):
     assert len(model.encoder) == len(model.decoder) == 2
     assert model.source_mask(src).shape == (3, 1, 1, 7)
     assert model.source_mask(src).sum().item() == 7 + 4 + 2
-    for layer in model.decoder:
-        assert layer.cross_attn_weights.shape == (3, 2, 5, 7)
+    with record_attention(model) as maps:
+        model(src, tgt)
+    assert list(maps) == ["encoder.0.self_attn", "encoder.1.self_attn",
+                          "decoder.0.self_attn", "decoder.0.cross_attn",
+                          "decoder.1.self_attn", "decoder.1.cross_attn"]
+    for i in range(2):
+        assert maps[f"encoder.{i}.self_attn"].shape == (3, 2, 7, 7)
+        assert maps[f"decoder.{i}.self_attn"].shape == (3, 2, 5, 5)
+        assert maps[f"decoder.{i}.cross_attn"].shape == (3, 2, 5, 7)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
@@ -940,11 +1063,11 @@ def test_translate_is_greedy_decoding_with_the_last_layer_s_attention(norm_first
     assert weights.shape == (3, T, 7) and not weights.requires_grad
     # greedy: each token is the argmax of the logits given the tokens before it
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), record_attention(model.decoder[-1]) as maps:
         tgt_in = torch.cat([torch.full((3, 1), bos), tokens_[:, :-1]], dim=1)
         logits = model(src, tgt_in)
         assert torch.equal(logits.argmax(-1), tokens_)
-        teacher = model.decoder[-1].cross_attn_weights.mean(dim=1)  # (B, T, S)
+        teacher = maps["cross_attn"].mean(dim=1)  # (B, T, S)
     torch.testing.assert_close(weights, teacher, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, T, dtype=F64))
     assert (weights[(src == PAD)[:, None, :].expand(3, T, 7)] == 0).all()
