@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["TrainHistory", "evaluate", "generate", "get_batch", "train"]
+__all__ = ["TrainHistory", "evaluate", "generate", "get_batch", "next_token_probs", "train"]
 
 
 def _check_ids(name: str, ids: Tensor, block_size: int) -> Tensor:
@@ -217,6 +217,45 @@ def evaluate(
     return total / count
 
 
+def _check_sampling(temperature: float, top_k: int | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+
+
+def next_token_probs(
+    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None
+) -> Tensor:
+    """The distribution the next token is drawn from, given the logits of the last position.
+
+    The steps, in this order: divide the logits by the temperature; keep the ``top_k`` largest
+    (the others get probability 0); softmax. Temperature 0 is greedy decoding: all the
+    probability on the most likely token (the first of them if several tie), as a one-hot row.
+    :func:`generate` draws every token from this distribution; a new way of cutting the
+    distribution (such as top-p) adds its step here, after top-k.
+
+    Args:
+        logits: (B, V) the model's logits for the next token.
+        temperature: divides the logits; below 1 sharpens, above 1 flattens, 0 is greedy.
+        top_k: keep only the k most likely tokens (None: all of them).
+
+    Returns:
+        (B, V) probabilities, each row summing to 1, in the dtype of ``logits``.
+
+    Raises:
+        ValueError: for a negative temperature or a top_k below 1.
+    """
+    _check_sampling(temperature, top_k)
+    if temperature == 0:
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)  # (B, V)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)  # (B, V)
+
+
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -228,7 +267,7 @@ def generate(
     generator: torch.Generator | None = None,
     block_size: int | None = None,
 ) -> Tensor:
-    """Sample a continuation, one token at a time.
+    """Sample a continuation, one token at a time, from :func:`next_token_probs`.
 
     Args:
         model: any module with ``forward(idx (B, T)) -> logits (B, T, V)``.
@@ -245,10 +284,7 @@ def generate(
     """
     if idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError(f"idx must be (B, T) with T >= 1, got {tuple(idx.shape)}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    _check_sampling(temperature, top_k)
     if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
         raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
     if block_size is None:
@@ -258,14 +294,10 @@ def generate(
     for _ in range(max_new_tokens):
         context = idx if block_size is None else idx[:, -block_size:]
         logits = model(context)[:, -1]  # (B, V)
-        if temperature == 0:
-            nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        probs = next_token_probs(logits, temperature=temperature, top_k=top_k)  # (B, V)
+        if temperature == 0:  # greedy: the one-hot's token, without drawing from the generator
+            nxt = probs.argmax(dim=-1, keepdim=True)  # (B, 1)
         else:
-            logits = logits / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits, dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         idx = torch.cat([idx, nxt], dim=1)
     model.train(was_training)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coursepkg.lm import TrainHistory, evaluate, generate, get_batch, train
+from coursepkg.lm import TrainHistory, evaluate, generate, get_batch, next_token_probs, train
 from coursepkg.rnn import RNNLM
 from coursepkg.transformer import TransformerLM
 
@@ -426,6 +426,51 @@ def test_generate_rejects_a_bad_top_k(top_k):
     model = Bigram(chain_table(3))
     with pytest.raises(ValueError, match="top_k"):
         generate(model, torch.zeros(1, 1, dtype=torch.long), 2, top_k=top_k)
+
+
+# ----------------------------------------------------------------------------- next_token_probs
+def test_next_token_probs_divides_by_the_temperature_then_keeps_the_top_k():
+    logits = torch.tensor([[1.5, 0.0, 1.0, -0.5], [0.0, 0.0, 3.0, 1.0]], dtype=torch.float64)
+    assert torch.equal(next_token_probs(logits), logits.softmax(-1))
+    assert torch.allclose(next_token_probs(logits, temperature=0.5), (logits / 0.5).softmax(-1))
+    top2 = next_token_probs(logits, temperature=2.0, top_k=2)
+    first = (torch.tensor([1.5, 1.0], dtype=torch.float64) / 2.0).softmax(-1)
+    second = (torch.tensor([3.0, 1.0], dtype=torch.float64) / 2.0).softmax(-1)
+    assert torch.allclose(top2, torch.tensor([[first[0], 0.0, first[1], 0.0],
+                                              [0.0, 0.0, second[0], second[1]]],
+                                             dtype=torch.float64))
+    assert torch.equal(next_token_probs(logits, top_k=99), logits.softmax(-1))  # k > V: all
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_next_token_probs_at_temperature_zero_is_a_one_hot_on_the_first_best(dtype):
+    logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [5.0, -1.0, 0.0, 4.0]], dtype=dtype)
+    probs = next_token_probs(logits, temperature=0.0, top_k=3)
+    assert probs.dtype == dtype
+    assert probs.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 3), (1.6, 2), (0.0, None)])
+def test_generate_draws_each_token_from_next_token_probs(temperature, top_k):
+    table = random_table(6, seed=8)
+    prompt = torch.tensor([[2], [5], [0]])
+    out = generate(Bigram(table), prompt, 8, temperature=temperature, top_k=top_k,
+                   generator=gen(3))
+    generator, idx = gen(3), prompt
+    for _ in range(8):  # the same loop by hand, one draw per token from the same generator
+        probs = next_token_probs(table[idx[:, -1]], temperature=temperature, top_k=top_k)
+        nxt = (probs.argmax(-1, keepdim=True) if temperature == 0
+               else torch.multinomial(probs, 1, generator=generator))
+        idx = torch.cat([idx, nxt], dim=1)
+    assert torch.equal(out, idx)
+
+
+def test_next_token_probs_rejects_bad_arguments():
+    logits = torch.zeros(1, 3)
+    with pytest.raises(ValueError, match=r"temperature must be >= 0, got -1.0"):
+        next_token_probs(logits, temperature=-1.0)
+    with pytest.raises(ValueError, match=r"top_k must be >= 1 or None, got 0"):
+        next_token_probs(logits, top_k=0)
 
 
 def test_cross_entropy_of_toy_models_agrees_with_torch():

@@ -1,9 +1,10 @@
-"""Tests of coursepkg.viz: the plots draw what they claim and the n-gram explorer reacts."""
+"""Tests of coursepkg.viz: the plots draw what they claim and the widgets react."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import ipywidgets as widgets
 import pytest
 from matplotlib.axes import Axes
 
@@ -170,6 +171,83 @@ def test_explorer_needs_models():
         viz.ngram_explorer({})
 
 
+class CountingExplorer(viz.Explorer):
+    """The smallest widget: a slider and a checkbox; the picture is one bar, the slider's."""
+
+    def __init__(self):
+        super().__init__(figsize=(3.0, 2.0))
+        self.draws = 0
+        self.height = widgets.IntSlider(value=2, min=0, max=10)
+        self.limit = widgets.IntSlider(value=10, min=1, max=10)
+        self.wide = widgets.Checkbox(value=False)
+        self.limit.observe(self._on_limit, names="value")
+        self._show([widgets.HBox([self.height, self.limit]), self.wide],
+                   watch=[self.height, self.wide])
+
+    def _on_limit(self, _change):
+        with self._changing():
+            if self.height.value > self.limit.value:
+                self.height.value = self.limit.value
+            self.height.max = self.limit.value
+
+    def draw(self):
+        self.draws += 1
+        ax = self.figure.subplots()
+        ax.bar([0], [self.height.value], width=0.9 if self.wide.value else 0.3)
+        self.message.value = f"height {self.height.value}"
+
+
+def test_explorer_base_lays_out_its_controls_and_draws_the_first_picture():
+    explorer = CountingExplorer()
+    assert explorer.draws == 1
+    controls, wide, image, message = explorer.children
+    assert controls.children == (explorer.height, explorer.limit) and wide is explorer.wide
+    assert image is explorer.image and message is explorer.message
+    assert bytes(image.value) == viz.common.figure_png(explorer.figure)  # shows the figure
+    assert message.value == "height 2"
+
+
+def test_explorer_base_redraws_the_same_figure_when_a_watched_control_changes():
+    explorer = CountingExplorer()
+    figure, before = explorer.figure, bytes(explorer.image.value)
+    explorer.height.value = 7
+    assert explorer.draws == 2 and explorer.figure is figure  # the static picture, redrawn
+    assert explorer.figure.axes[0].patches[0].get_height() == 7
+    assert len(explorer.figure.axes) == 1  # cleared, never stacked
+    assert bytes(explorer.image.value) != before
+    assert bytes(explorer.image.value) == viz.common.figure_png(explorer.figure)
+    explorer.wide.value = True
+    assert explorer.draws == 3 and explorer.message.value == "height 7"
+    assert explorer.redraw() is figure and explorer.draws == 4
+
+
+def test_explorer_base_redraws_once_when_a_control_moves_another():
+    explorer = CountingExplorer()
+    explorer.height.value = 8
+    explorer.limit.value = 3  # moves height from 8 to 3, then shrinks its range
+    assert explorer.draws == 3  # the first picture, height 8, then once for the limit
+    assert explorer.height.value == 3 and explorer.message.value == "height 3"
+    explorer.limit.value = 5  # height stays: one redraw all the same
+    assert explorer.draws == 4
+
+
+def test_explorer_base_needs_a_draw_method():
+    class Blank(viz.Explorer):
+        def __init__(self):
+            super().__init__(figsize=(2.0, 2.0))
+            self._show([], watch=[])
+
+    with pytest.raises(NotImplementedError, match="Blank must implement draw"):
+        Blank()
+
+
+@pytest.mark.parametrize("name", ["ngram_explorer", "rnn_state_explorer",
+                                  "attention_lookup_explorer", "self_attention_explorer",
+                                  "multihead_explorer", "rope_explorer", "sampling_explorer"])
+def test_every_widget_of_the_book_is_an_explorer(name):
+    assert issubclass(getattr(viz, name), viz.Explorer)
+
+
 # ------------------------------------------------------------------------ chapter 2
 
 
@@ -261,12 +339,62 @@ def test_plot_loss_curves_draws_train_heldout_and_baselines():
     no_val = TrainHistory(steps=[1, 2], train_loss=[2.0, 1.0])
     ax = viz.plot_loss_curves({"LSTM": history, "RNN": no_val}, {"6-gram": 1.457}, smooth=2)
     labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
-    assert labels == ["LSTM, train", "LSTM, held-out", "RNN, train", "6-gram: 1.457"]
+    assert labels == ["LSTM, train", "LSTM, held-out", "RNN, train",
+                      "train: solid = centred mean of 3 steps, light = each step",
+                      "6-gram: 1.457"]
     by_label = {line.get_label(): line for line in ax.get_lines()}
-    assert list(by_label["LSTM, train"].get_ydata()) == [4.0, 3.5, 2.5, 1.5]  # moving average
+    smoothed = by_label["LSTM, train"]
+    assert list(smoothed.get_ydata()) == [4.0, 3.0, 2.0, 1.0]  # a straight line is kept
     assert list(by_label["LSTM, held-out"].get_xdata()) == [2, 4]
     assert list(by_label["6-gram: 1.457"].get_ydata()) == [1.457, 1.457]
-    assert len(ax.get_lines()) == 6  # plus one faint raw training curve per model
+    assert len(ax.get_lines()) == 7  # plus one light raw training curve per model
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == labels
+    raw = viz.plot_loss_curves({"LSTM": history}, smooth=1, heldout="held-out, first 9 tokens")
+    assert [line.get_label() for line in raw.get_lines()] == [
+        "LSTM, train", "LSTM, held-out, first 9 tokens"]  # no smoothing: the measured loss
+
+
+def test_centred_mean_is_the_mean_of_a_centred_window_and_fits_a_line_at_the_ends():
+    losses = np.random.default_rng(0).normal(size=30)
+    smoothed = viz.centred_mean(losses, 6)  # h = 3: seven steps
+    for t in range(3, 27):
+        assert smoothed[t] == pytest.approx(losses[t - 3:t + 4].mean())
+    first = np.polyfit(np.arange(7), losses[:7], 1)  # steps 0 ... 2: the first seven steps
+    for t in range(3):
+        assert smoothed[t] == pytest.approx(np.polyval(first, t))
+    last = np.polyfit(np.arange(23, 30), losses[23:], 1)
+    assert smoothed[29] == pytest.approx(np.polyval(last, 29))
+    line = 5.0 - 0.25 * np.arange(40)
+    assert np.allclose(viz.centred_mean(line, 20), line)  # no lag on a steady fall
+    assert list(viz.centred_mean([3.0, 1.0], 20)) == [3.0, 1.0]
+    assert list(viz.centred_mean(losses, 1)) == list(losses)
+
+
+def test_the_smoothed_training_loss_at_a_step_depends_on_later_losses_not_only_earlier():
+    losses = list(np.linspace(4.0, 1.0, 50))
+    t = 20
+    before = viz.centred_mean(losses, 10)[t]
+    later = list(losses)
+    later[t + 3] += 1.0  # a loss after step t, inside its window
+    assert viz.centred_mean(later, 10)[t] > before
+    far = list(losses)
+    far[t + 6] += 1.0  # outside the window of h = 5
+    assert viz.centred_mean(far, 10)[t] == pytest.approx(before)
+
+
+def test_the_smoothed_training_curve_does_not_lag_above_the_held_out_points():
+    # training and held-out losses on the same falling curve, the batches noisy around it
+    steps = np.arange(1, 201)
+    curve = 1.5 + 2.5 * np.exp(-steps / 40)
+    noise = np.random.default_rng(1).normal(0.0, 0.03, len(steps))
+    history = TrainHistory(steps=list(steps), train_loss=list(curve + noise),
+                           val_steps=[50, 100, 150], val_loss=list(curve[[49, 99, 149]]))
+    ax = viz.plot_loss_curves({"LSTM": history}, smooth=40)
+    smoothed = ax.get_lines()[1].get_ydata()
+    for step in history.val_steps:
+        assert abs(smoothed[step - 1] - curve[step - 1]) < 0.04  # the curvature's share
+    trailing = np.convolve(history.train_loss, np.ones(41) / 41, mode="valid")  # last 41 steps
+    assert trailing[50 - 41] - curve[49] > 0.3  # what a past-only average would have drawn
 
 
 def test_plot_similarity_matrix_annotates_every_cell():
@@ -562,6 +690,22 @@ NEG_INF = float("-inf")
 def cell_texts(ax):
     return [t.get_text() for t in ax.texts]
 
+
+
+def test_the_one_heatmap_scales_masks_and_writes_its_cells():
+    ax = viz.common.new_figure(2.0, 2.0).subplots()
+    matrix = np.array([[0.5, NEG_INF], [-2.0, 0.0]])
+    image = viz.common.heatmap(ax, matrix, cells="{:.1f}")
+    assert image.get_clim() == (-2.0, 2.0)  # symmetric around 0, over the finite values
+    assert image.get_array().mask.tolist() == [[False, True], [False, False]]
+    assert [t.get_text() for t in ax.texts] == ["0.5", "\u2212\u221e", "-2.0", "0.0"]
+    colours = [t.get_color() for t in ax.texts]
+    assert colours == ["black", "black", "white", "black"]  # white only on the dark blue
+    grey = viz.common.new_figure(2.0, 1.0).subplots()
+    viz.common.heatmap(grey, np.array([[0.0, 1.0]]), limits=(0.0, 1.0), cmap="Greys",
+                       cells=lambda v: "zero" if v == 0 else f"{v:g}")
+    assert [(t.get_text(), t.get_color()) for t in grey.texts] == [("zero", "black"),
+                                                                   ("1", "white")]
 
 def test_plot_attention_matrices_draws_scores_then_weights_with_masked_cells():
     scores = torch.tensor([[0.5, NEG_INF], [-2.0, 1.0]])
@@ -971,7 +1115,7 @@ def test_plot_accuracy_by_position_leaves_gaps_and_shades_unseen_positions():
     ax = viz.plot_accuracy_by_position(
         range(5, 9), {"learned": [1.0, 1.0, None, None], "rope": [1.0, 0.9, 0.5, 0.25]},
         trained_length=7, chance=1 / 16, title="echo")
-    learned, rope, chance = ax.lines
+    learned, rope, chance, learned_end = ax.lines
     assert np.array_equal(learned.get_ydata(), [1.0, 1.0, np.nan, np.nan], equal_nan=True)
     assert list(rope.get_ydata()) == [1.0, 0.9, 0.5, 0.25]
     assert list(chance.get_ydata()) == [0.0625, 0.0625]
@@ -983,6 +1127,21 @@ def test_plot_accuracy_by_position_leaves_gaps_and_shades_unseen_positions():
     assert ax.get_ylim()[0] < 0 and ax.get_ylim()[1] > 1.05  # room for the label
     plain = viz.plot_accuracy_by_position([0, 1], {"a": [0.5, 0.75]})
     assert len(plain.lines) == 1 and not plain.patches and not plain.texts
+
+
+def test_plot_accuracy_by_position_marks_the_last_point_of_a_model_that_stops_at_l():
+    ax = viz.plot_accuracy_by_position(
+        range(5, 9), {"learned": [1.0, 1.0, None, None], "rope": [1.0, 0.9, 0.5, 0.25],
+                      "gappy": [0.5, None, 0.5, 0.5]}, trained_length=7)
+    learned, _, _, learned_end = ax.lines  # a gap inside a curve is not an end
+    assert list(learned_end.get_xdata()) == [6.0] and list(learned_end.get_ydata()) == [1.0]
+    assert learned_end.get_marker() == "D" and learned_end.get_markersize() > 3 * 2.5
+    assert learned_end.get_color() == learned.get_color() and learned_end.get_zorder() > 2
+    note = ax.texts[1]
+    assert note.get_text() == "learned: cannot run\nbeyond L = 7" and note.xy == (6.0, 1.0)
+    assert len(ax.texts) == 2
+    early = viz.plot_accuracy_by_position([0, 1, 2], {"a": [0.5, None, None]}, trained_length=3)
+    assert early.texts[1].get_text() == "a: cannot run\nbeyond position 0"
 
 
 def test_plot_accuracy_by_position_checks_lengths():
@@ -1161,8 +1320,8 @@ def test_plot_loss_against_time_draws_each_step_at_its_share_of_the_time():
     fast = _history(range(1, 11), 5.0)
     ax = viz.plot_loss_against_time({"slow": slow, "fast": fast}, {"counts": 1.5}, smooth=1,
                                     title="same time")
-    raw, train, held_out, fast_raw, fast_train, baseline = ax.lines
-    assert list(raw.get_xdata()) == [2.0, 4.0, 6.0, 8.0]
+    train, held_out, fast_train, baseline = ax.lines  # no smoothing: the measured losses
+    assert list(train.get_xdata()) == [2.0, 4.0, 6.0, 8.0]
     assert list(train.get_ydata()) == pytest.approx(slow.train_loss)
     assert list(held_out.get_xdata()) == [4.0, 8.0] and list(held_out.get_ydata()) == [2.9, 2.7]
     assert list(fast_train.get_xdata()) == pytest.approx([0.5 * s for s in range(1, 11)])
@@ -1170,7 +1329,8 @@ def test_plot_loss_against_time_draws_each_step_at_its_share_of_the_time():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "slow, train", "slow, held-out", "fast, train", "counts: 1.500"]
     assert ax.get_xlabel().startswith("training time (s)") and ax.get_title() == "same time"
-    assert len(viz.plot_loss_against_time({"h": TrainHistory([1], [2.0], seconds=1.0)}).lines) == 2
+    smoothed = viz.plot_loss_against_time({"h": TrainHistory([1], [2.0], seconds=1.0)})
+    assert len(smoothed.lines) == 3  # light raw, smoothed, and the legend's note on the raw
 
 
 def test_plot_loss_against_time_needs_steps_and_a_duration():
@@ -1179,6 +1339,36 @@ def test_plot_loss_against_time_needs_steps_and_a_duration():
     with pytest.raises(ValueError, match="history 'h' needs at least one step"):
         viz.plot_loss_against_time({"h": _history([], 1.0)})
 
+
+
+def test_plot_loss_and_final_scores_puts_each_evaluation_set_in_its_own_panel():
+    lstm = _history([1, 2, 3, 4], 8.0, val_steps=[2, 4], val_loss=[2.9, 2.7])
+    transformer = _history(range(1, 11), 5.0, val_steps=[10], val_loss=[2.5])
+    scores = {"LSTM": 1.58, "6-gram": 1.457, "Transformer": 1.439}
+    fig = viz.plot_loss_and_final_scores(
+        {"LSTM": lstm, "Transformer": transformer}, scores, heldout="first 20,000 characters",
+        scores_on="all test lines", smooth=2, ylim=(1.0, 3.0), title="long run")
+    curves_ax, scores_ax = fig.axes
+    assert curves_ax.get_title() == "During training (held-out: first 20,000 characters)"
+    assert scores_ax.get_title() == "At the end, on all test lines"
+    assert curves_ax.get_ylim() == (1.0, 3.0) and fig._suptitle.get_text() == "long run"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "LSTM, held-out: first 20,000 characters" in labels
+    assert not any("all test lines" in label for label in labels)  # no score of the other set
+    assert [t.get_text() for t in scores_ax.get_yticklabels()] == [
+        "Transformer", "6-gram", "LSTM"]  # best first
+    dots = {line.get_ydata()[0]: line for line in scores_ax.lines}
+    assert dots[0].get_xdata()[0] == 1.439 and dots[2].get_xdata()[0] == 1.58
+    colours = {line.get_label(): line.get_color() for line in curves_ax.lines}
+    assert dots[0].get_color() == colours["Transformer, train"]
+    assert dots[2].get_color() == colours["LSTM, train"]
+    assert dots[1].get_marker() == "s"  # a score without a curve: a grey square
+    assert [t.get_text() for t in scores_ax.texts] == ["1.439", "1.457", "1.580"]
+
+
+def test_plot_loss_and_final_scores_needs_a_score():
+    with pytest.raises(ValueError, match="at least one final score"):
+        viz.plot_loss_and_final_scores({"h": _history([1], 1.0)}, {}, heldout="a", scores_on="b")
 
 class BigramModel(torch.nn.Module):
     """A stand-in language model: the next token's logits depend on the last token only. It
@@ -1239,6 +1429,16 @@ def test_next_token_distribution_is_what_generate_draws_from(temperature, top_k)
         ours = torch.multinomial(dist[None], 1, generator=torch.Generator().manual_seed(seed))
         assert drawn.item() == ours.item()
 
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.5, 2), (0.0, 3)])
+def test_next_token_distribution_is_lm_next_token_probs_of_the_last_logits(temperature, top_k):
+    model = BigramModel(TABLE, block_size=2)
+    ids = [3, 0, 2, 1]
+    expected = lm.next_token_probs(model(torch.tensor([ids[-2:]]))[:, -1],
+                                   temperature=temperature, top_k=top_k)[0]
+    assert torch.equal(viz.next_token_distribution(model, ids, temperature=temperature,
+                                                   top_k=top_k), expected)
 
 def test_plot_sampling_distribution_orders_by_the_model_and_draws_both():
     chars = ["a", "b", "\n", " "]
