@@ -11,6 +11,8 @@ Where things are (each module's docstring lists its functions):
   one :func:`~coursepkg.viz.common.heatmap`, token tick labels, PNG and HTML for widgets, and
   :func:`markdown_table` (the pages' tables).
 - :mod:`~coursepkg.viz.explorer`: :class:`Explorer`, the base of the seven widgets.
+- :mod:`~coursepkg.viz.diagrams`: the architectures drawn (``diagram_*``, one drawing vocabulary
+  and one :data:`PALETTE`), each a :class:`Diagram` that a page shows as SVG with its alt text.
 - :mod:`~coursepkg.viz.curves`: plots that several chapters share: training curves
   (:func:`plot_loss_curves`, :func:`plot_loss_against_time`, :func:`plot_loss_and_final_scores`)
   and timings (:func:`plot_timings`).
@@ -47,6 +49,24 @@ from coursepkg.viz.curves import (
     plot_loss_and_final_scores,
     plot_loss_curves,
     plot_timings,
+)
+from coursepkg.viz.diagrams import (
+    PALETTE,
+    Diagram,
+    diagram_attention_step,
+    diagram_encoder_decoder,
+    diagram_encoder_decoder_transformer,
+    diagram_heads,
+    diagram_kv_cache,
+    diagram_language_model,
+    diagram_lstm_cell,
+    diagram_ngram_counts,
+    diagram_positions,
+    diagram_rnn_layouts,
+    diagram_rnn_unrolled,
+    diagram_self_attention,
+    diagram_transformer_blocks,
+    show_svg,
 )
 from coursepkg.viz.explorer import Explorer
 from coursepkg.viz.multihead import (
@@ -97,7 +117,9 @@ from coursepkg.viz.transformer import (
 )
 
 __all__ = [
+    "PALETTE",
     "AttentionLookupExplorer",
+    "Diagram",
     "Explorer",
     "LanguageModel",
     "MultiHeadExplorer",
@@ -109,6 +131,19 @@ __all__ = [
     "ab_attention",
     "attention_lookup_explorer",
     "centred_mean",
+    "diagram_attention_step",
+    "diagram_encoder_decoder",
+    "diagram_encoder_decoder_transformer",
+    "diagram_heads",
+    "diagram_kv_cache",
+    "diagram_language_model",
+    "diagram_lstm_cell",
+    "diagram_ngram_counts",
+    "diagram_positions",
+    "diagram_rnn_layouts",
+    "diagram_rnn_unrolled",
+    "diagram_self_attention",
+    "diagram_transformer_blocks",
     "markdown_table",
     "multihead_explorer",
     "next_token_distribution",
@@ -145,5 +180,6 @@ __all__ = [
     "rope_explorer",
     "sampling_explorer",
     "self_attention_explorer",
+    "show_svg",
     "word_vectors",
 ]
