@@ -6,7 +6,7 @@ weights that are positive and sum to one; the result is the weighted average of 
     e_s = score(q, k_s),    a = softmax(e),    context = sum_s a_s v_s.
 
 Two scores are implemented: the dot product ``e_s = scale * k_s . q`` (:func:`attend`) and
-the additive (MLP, Bahdanau) score ``e_s = v^T tanh(W_q q + W_k k_s)``
+the additive (MLP, Bahdanau) score ``e_s = v_a^T tanh(W_q q + W_k k_s + b)``
 (:class:`AdditiveAttention`). :class:`Seq2Seq` is an LSTM encoder-decoder that uses
 either one to translate a source sequence into a target sequence, or, with
 ``attention="none"``, squeezes the whole source into the encoder's final state.
@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from coursepkg.decoding import batched_beam_search
 from coursepkg.rnn import LSTM, lstm_step, pool
 
 __all__ = [
@@ -286,24 +287,74 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def translate(
-        self, src: Tensor, src_lengths: Tensor, max_len: int, bos: int
+        self, src: Tensor, src_lengths: Tensor, max_len: int, bos: int, *,
+        beam_size: int = 1, eos_id: int | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Greedy decoding, with the attention weights of every step.
+        """Greedy decoding (or a beam search), with the attention weights of every step.
 
         Args:
             src: (B, S) source ids; src_lengths: (B,).
             max_len: T, the number of tokens to produce.
             bos: the id that starts every target.
+            beam_size: 1 for greedy decoding; more for a beam search of that width
+                (``coursepkg.decoding.batched_beam_search``) that returns each row's best
+                hypothesis, the one with the largest sum of log-probabilities (the source is
+                encoded once; each hypothesis carries its decoder state).
+            eos_id: for a beam search, the id that ends a hypothesis (the rest of its row is
+                filled with it); None scores all T tokens. Greedy decoding ignores it.
 
         Returns:
-            ``(tokens, weights)``: tokens (B, T) the argmax at each step; weights (B, T, S)
-            where each step looked (all zeros for ``attention="none"``, which has none).
+            ``(tokens, weights)``: tokens (B, T) the argmax at each step (the best
+            hypothesis); weights (B, T, S) where each step looked (all zeros for
+            ``attention="none"``, which has none).
         """
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
         was_training = self.training
         self.eval()
+        if beam_size > 1:
+            tokens = self._beam_translate(src, src_lengths, max_len, bos, beam_size, eos_id)
+            tgt_in = torch.cat([torch.full_like(tokens[:, :1], bos), tokens[:, :-1]], dim=1)
+            _, weights = self._decode(src, src_lengths, tgt_in, max_len, bos)
+            self.train(was_training)
+            return tokens, weights
         logits, weights = self._decode(src, src_lengths, None, max_len, bos)
         self.train(was_training)
         return logits.argmax(dim=-1), weights
+
+    def _step(
+        self, prev: Tensor, state: tuple[Tensor, Tensor], states: Tensor, summary: Tensor,
+        mask: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """One decoder step, as in :meth:`_decode`'s loop: the previous token (B,) and the
+        decoder's state -> the logits (B, V) of the next token and the new state."""
+        h, c = state
+        context, _ = self._context(h, states, summary, mask)  # (B, 2 Hs)
+        x_t = torch.cat([self.tgt_embed(prev), context], dim=-1)  # (B, E + 2 Hs)
+        h, c = lstm_step(x_t, (h, c), *self.decoder.cell_parameters(0))
+        return self.out(torch.cat([h, context], dim=-1)), (h, c)  # (B, V)
+
+    def _beam_translate(
+        self, src: Tensor, src_lengths: Tensor, max_len: int, bos: int, beam_size: int,
+        eos_id: int | None,
+    ) -> Tensor:
+        """The best hypothesis (B, T) of a beam search per source row: the source is encoded
+        once, and each hypothesis carries its decoder state (reordered as hypotheses are kept)."""
+        states, summary, mask = self.encode(src, src_lengths)  # (B, S, 2 Hs), (B, 2 Hs), (B, S)
+        state = tuple(torch.tanh(self.bridge(summary)).chunk(2, dim=-1))  # (B, Hs) each
+        rows = torch.arange(src.shape[0], device=src.device)  # the source of each hypothesis
+
+        def step(seqs: Tensor, parents: Tensor | None) -> Tensor:
+            nonlocal state, rows
+            if parents is not None:  # the hypotheses kept, in their new order
+                state, rows = (state[0][parents], state[1][parents]), rows[parents]
+            logits, state = self._step(seqs[:, -1], state, states[rows], summary[rows],
+                                       mask[rows])
+            return torch.log_softmax(logits, dim=-1)  # (N, V)
+
+        start = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        sequences, _ = batched_beam_search(step, start, max_len, beam_size, eos_id=eos_id)
+        return sequences[:, 0, 1:]  # (B, T): the best of each row, without BOS
 
     def loss(self, src: Tensor, src_lengths: Tensor, tgt: Tensor, bos: int) -> Tensor:
         """Teacher-forced cross-entropy of target ids (B, T) (padding 0 ignored)."""

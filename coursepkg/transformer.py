@@ -24,6 +24,10 @@ causal language model whose positional encoding is any of chapter 6's, configure
 No layer keeps its attention weights: ``coursepkg.multihead.record_attention(model)`` collects
 them with forward hooks.
 
+Decoding one token at a time, ``TransformerLM.decode_step`` and ``Transformer.decode_step`` read
+only the new tokens and carry what the earlier ones left in a :class:`KVCache`, passed in and
+returned (no module keeps it).
+
 Masks are boolean with **True = may attend**, broadcastable to (B, H, T, S) (torch's
 boolean masks mean the opposite). Shape letters: B batch, T target (or LM) positions, S source
 positions, D model width, H heads, F feed-forward width, V vocabulary.
@@ -32,6 +36,7 @@ positions, D model width, H heads, F feed-forward width, V vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
@@ -40,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from coursepkg.decoding import batched_beam_search
 from coursepkg.multihead import MultiHeadAttention, Rotate, record_attention
 from coursepkg.positional import (
     LearnedPositionalEmbedding,
@@ -51,6 +57,7 @@ from coursepkg.self_attention import causal_mask
 
 __all__ = [
     "FeedForward",
+    "KVCache",
     "PositionKind",
     "Transformer",
     "TransformerConfig",
@@ -147,6 +154,66 @@ def _check_width(name: str, x: Tensor, d_model: int) -> None:
         raise ValueError(f"expected {name} of shape (B, length, {d_model}), got {tuple(x.shape)}")
 
 
+@dataclass(frozen=True)
+class KVCache:
+    """What a Transformer decoder has read, so that each new token costs one position's work.
+
+    Decoding one token at a time, the self-attention of the new position t needs the keys and
+    values of positions 0 .. t. Those of 0 .. t-1 do not change when a token is added (the
+    model is causal), so instead of running the whole prefix again, ``decode_step`` keeps, for
+    every layer, what its self-attention read as keys and values, and computes only the new
+    position. A cache is never changed in place: each step returns a new one.
+
+    Where the cached keys are: each layer's key/value *input* (B, P, D), the layer's input
+    after its first layer norm (pre-norm) or the layer's input itself (post-norm), before the
+    key and value projections and before RoPE's rotation. A step concatenates the new
+    position's input to it and calls the same ``multi_head_attention`` as ``forward``, which
+    projects the P + 1 keys and values and rotates them at their positions 0 .. P, the query at
+    P (``Rotary(offset=P)``; a relative bias takes the query offset the same way). So there is
+    one attention function, positions reach it exactly as without a cache, and
+    ``record_attention`` still sees the weights. The price is projecting the P cached inputs
+    again at every step: with F = 4D, a cached step costs about (2P + 12) D^2 + 2PD
+    multiply-adds per layer, a full recomputation about 12 P D^2 + 2 P^2 D. A cache of the keys
+    and values after the projections and the rotation (B, H, P, Dh), as inference engines keep,
+    would save the 2 P D^2 too, at the price of a second attention function that takes
+    projected heads.
+
+    Attributes:
+        inputs: one (B, P, D) tensor per layer, in order: what its self-attention read as keys
+            and values at positions 0 .. P-1.
+    """
+
+    inputs: tuple[Tensor, ...]
+
+    @property
+    def length(self) -> int:
+        """P, the number of positions read so far."""
+        return self.inputs[0].shape[1]
+
+    def select(self, rows: Tensor) -> KVCache:
+        """The cache of the batch rows ``rows`` (N,) (a beam search keeps those of its best
+        hypotheses, a row more than once if two hypotheses share a prefix)."""
+        return KVCache(tuple(x[rows] for x in self.inputs))
+
+
+def _check_cache(cache: KVCache | None, n_layers: int, batch: int) -> int:
+    """P, the length of a cache that fits the model and the batch (0 for None)."""
+    if cache is None:
+        return 0
+    if not isinstance(cache, KVCache) or len(cache.inputs) != n_layers:
+        raise ValueError(f"expected a KVCache with one tensor per layer ({n_layers}), got "
+                         f"{type(cache).__name__}")
+    if cache.inputs[0].shape[0] != batch:
+        raise ValueError(f"the cache holds {cache.inputs[0].shape[0]} sequences, the batch has "
+                         f"{batch}")
+    return cache.length
+
+
+def _causal_rows(T: int, P: int, device: torch.device) -> Tensor:
+    """(T, P+T): the rows P .. P+T-1 of a causal mask, True where s <= P + t."""
+    return torch.ones(T, P + T, dtype=torch.bool, device=device).tril(P)
+
+
 class TransformerEncoderLayer(nn.Module):
     """Self-attention and a feed-forward network, each with a residual and a layer norm.
 
@@ -187,14 +254,17 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def _attend(
-        self, x: Tensor, mask: Tensor | None, score_bias: Tensor | None, rotate: Rotate | None
+        self, x: Tensor, mask: Tensor | None, score_bias: Tensor | None, rotate: Rotate | None,
+        keys_values: Tensor | None = None,
     ) -> Tensor:
-        """Self-attention (B, T, D), through the fused kernel or through ``forward``."""
+        """Self-attention (B, T, D) of the queries ``x`` to ``keys_values`` (B, S, D) (default:
+        ``x`` itself), through the fused kernel or through ``forward``."""
+        kv = x if keys_values is None else keys_values
         if self.fused:
-            out = self.self_attn.fused_forward(x, x, x, mask, score_bias=score_bias,
+            out = self.self_attn.fused_forward(x, kv, kv, mask, score_bias=score_bias,
                                                rotate=rotate)
         else:  # forward: its weights reach record_attention
-            out, _ = self.self_attn(x, x, x, mask, score_bias=score_bias, rotate=rotate)
+            out, _ = self.self_attn(x, kv, kv, mask, score_bias=score_bias, rotate=rotate)
         return self.dropout1(out)
 
     def forward(
@@ -224,6 +294,48 @@ class TransformerEncoderLayer(nn.Module):
             return x + self.dropout2(self.ff(self.norm2(x)))  # x + FF(LN(x))
         x = self.norm1(x + self._attend(x, mask, score_bias, rotate))  # LN(x + SA(x))
         return self.norm2(x + self.dropout2(self.ff(x)))  # LN(x + FF(x))
+
+    def decode_step(
+        self,
+        x: Tensor,
+        past: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        score_bias: Tensor | None = None,
+        rotate: Rotate | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` for T new positions that follow P positions the layer has read.
+
+        Self-attention's keys and values at the P earlier positions come from ``past``, what
+        this layer's attention read there (its key/value *input*, before the projections), so
+        only the T new positions are computed. The outputs are those of :meth:`forward` over
+        all P + T positions, at the last T of them.
+
+        Args:
+            x: (B, T, D) the layer's input at positions P .. P+T-1.
+            past: (B, P, D) what the attention read as keys and values at positions
+                0 .. P-1 (the second result of the previous call), or None when P = 0.
+            mask: boolean, True = may attend, broadcastable to (B, H, T, P+T): e.g. the rows
+                P .. P+T-1 of a causal mask; None lets every new position see every key.
+            score_bias: as in :meth:`forward`, for T queries and P + T keys (a relative
+                position bias with its query offset P).
+            rotate: as in :meth:`forward`, with the queries at positions P .. P+T-1 (RoPE
+                with ``offset=P``).
+
+        Returns:
+            ``(out, keys_values)``: out (B, T, D); keys_values (B, P+T, D), what the attention
+            read as keys and values at positions 0 .. P+T-1: the ``past`` of the next call.
+        """
+        _check_width("x", x, self.self_attn.d_model)
+        h = self.norm1(x) if self.norm_first else x  # (B, T, D), what attention reads
+        if past is not None:
+            _check_width("past", past, self.self_attn.d_model)
+        keys_values = h if past is None else torch.cat([past, h], dim=1)  # (B, P + T, D)
+        if self.norm_first:
+            x = x + self._attend(h, mask, score_bias, rotate, keys_values)  # x + SA(LN(x))
+            return x + self.dropout2(self.ff(self.norm2(x))), keys_values  # x + FF(LN(x))
+        x = self.norm1(x + self._attend(x, mask, score_bias, rotate, keys_values))
+        return self.norm2(x + self.dropout2(self.ff(x))), keys_values
 
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
@@ -273,8 +385,11 @@ class TransformerDecoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        out, _ = self.self_attn(x, x, x, mask)  # (B, T, D); weights (B, H, T, T)
+    def _self_block(
+        self, x: Tensor, mask: Tensor | None, keys_values: Tensor | None = None
+    ) -> Tensor:
+        kv = x if keys_values is None else keys_values  # (B, S, D): S = T without a cache
+        out, _ = self.self_attn(x, kv, kv, mask)  # (B, T, D); weights (B, H, T, S)
         return self.dropout1(out)
 
     def _cross_block(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
@@ -310,6 +425,47 @@ class TransformerDecoderLayer(nn.Module):
         x = self.norm2(x + self._cross_block(x, memory, memory_mask))
         return self.norm3(x + self.dropout3(self.ff(x)))
 
+    def decode_step(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        past: Tensor | None = None,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` for T new target positions that follow P the layer has read.
+
+        As :meth:`TransformerEncoderLayer.decode_step`: the self-attention's keys and values
+        at the P earlier positions come from ``past``; cross-attention reads ``memory`` as
+        :meth:`forward` does.
+
+        Args:
+            x: (B, T, D) the layer's input at positions P .. P+T-1.
+            memory: (B, S, D) the encoder's output.
+            past: (B, P, D) what the self-attention read as keys and values at positions
+                0 .. P-1 (the second result of the previous call), or None when P = 0.
+            self_mask: boolean, broadcastable to (B, H, T, P+T) (rows P .. P+T-1 of a causal
+                mask); None: every key.
+            memory_mask: boolean, broadcastable to (B, H, T, S).
+
+        Returns:
+            ``(out, keys_values)``: out (B, T, D); keys_values (B, P+T, D), the ``past`` of the
+            next call.
+        """
+        _check_width("x", x, self.self_attn.d_model)
+        _check_width("memory", memory, self.self_attn.d_model)
+        h = self.norm1(x) if self.norm_first else x  # (B, T, D), what self-attention reads
+        if past is not None:
+            _check_width("past", past, self.self_attn.d_model)
+        keys_values = h if past is None else torch.cat([past, h], dim=1)  # (B, P + T, D)
+        if self.norm_first:
+            x = x + self._self_block(h, self_mask, keys_values)
+            x = x + self._cross_block(self.norm2(x), memory, memory_mask)
+            return x + self.dropout3(self.ff(self.norm3(x))), keys_values
+        x = self.norm1(x + self._self_block(x, self_mask, keys_values))
+        x = self.norm2(x + self._cross_block(x, memory, memory_mask))
+        return self.norm3(x + self.dropout3(self.ff(x))), keys_values
+
     @classmethod
     def from_torch(cls, m: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
         """A layer with the weights of ``torch.nn.TransformerDecoderLayer(batch_first=True)``."""
@@ -317,7 +473,7 @@ class TransformerDecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """An encoder-decoder Transformer for sequence-to-sequence tasks, greedy decoding included.
+    """An encoder-decoder Transformer for sequence-to-sequence tasks, with greedy or beam decoding.
 
     Token embeddings are scaled by sqrt(D) and added to sinusoidal positions (as in the
     paper); id ``pad_id`` in the source is hidden from attention and ignored by :meth:`loss`.
@@ -374,9 +530,10 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.head = nn.Linear(d_model, tgt_vocab)
 
-    def _embed(self, embed: nn.Embedding, ids: Tensor) -> Tensor:
-        x = embed(ids) * math.sqrt(self.d_model) + self.positions(ids.shape[1])  # (B, L, D)
-        return self.dropout(x)
+    def _embed(self, embed: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        """Embeddings and sinusoidal positions offset .. offset+L-1 of ids (B, L): (B, L, D)."""
+        positions = self.positions(ids.shape[1], offset=offset)  # (L, D)
+        return self.dropout(embed(ids) * math.sqrt(self.d_model) + positions)
 
     def source_mask(self, src: Tensor) -> Tensor:
         """(B, 1, 1, S): True for the real (non-padding) source tokens."""
@@ -403,6 +560,37 @@ class Transformer(nn.Module):
             y = layer(y, memory, self_mask, memory_mask)
         return self.head(self.decoder_norm(y))  # (B, T, V)
 
+    def decode_step(
+        self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: KVCache | None = None
+    ) -> tuple[Tensor, KVCache]:
+        """:meth:`decode` for T new target tokens after the P a cache holds.
+
+        ``decode_step(tgt_in[:, :P], memory, src)`` then ``decode_step(tgt_in[:, P:], memory,
+        src, cache)`` give the logits of ``decode(tgt_in, memory, src)`` (to rounding); the new
+        tokens are at positions P .. P+T-1. See :class:`KVCache`.
+
+        Args:
+            tgt_in: (B, T) the new input ids (T >= 1).
+            memory: (B, S, D) the encoder's output; src: (B, S) the source ids.
+            cache: the second result of the previous call (None to start).
+
+        Returns:
+            ``(logits, cache)``: logits (B, T, V) of the new positions; the cache of all P + T.
+        """
+        if tgt_in.dim() != 2 or tgt_in.shape[1] < 1:
+            raise ValueError(f"expected tgt of shape (B, T), T >= 1, got {tuple(tgt_in.shape)}")
+        B, T = tgt_in.shape
+        P = _check_cache(cache, len(self.decoder), B)
+        y = self._embed(self.tgt_embed, tgt_in, offset=P)  # (B, T, D)
+        self_mask = _causal_rows(T, P, tgt_in.device)  # (T, P + T)
+        memory_mask = self.source_mask(src)  # (B, 1, 1, S)
+        inputs = []
+        for i, layer in enumerate(self.decoder):
+            past = None if cache is None else cache.inputs[i]
+            y, keys_values = layer.decode_step(y, memory, past, self_mask, memory_mask)
+            inputs.append(keys_values)  # (B, P + T, D)
+        return self.head(self.decoder_norm(y)), KVCache(tuple(inputs))
+
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher forcing.
 
@@ -425,23 +613,41 @@ class Transformer(nn.Module):
         )
 
     @torch.no_grad()
-    def translate(self, src: Tensor, max_len: int, bos: int) -> tuple[Tensor, Tensor]:
-        """Greedy decoding, with the last decoder layer's cross-attention.
+    def translate(
+        self, src: Tensor, max_len: int, bos: int, *, beam_size: int = 1,
+        eos_id: int | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Greedy decoding (or a beam search), with the last decoder layer's cross-attention.
 
         Args:
             src: (B, S) source ids.
             max_len: T, the number of tokens to produce.
             bos: the id that starts every target.
+            beam_size: 1 for greedy decoding; more for a beam search of that width
+                (``coursepkg.decoding.batched_beam_search``, with the decoder's :class:`KVCache`)
+                that returns each row's best hypothesis: the one with the largest sum of
+                log-probabilities.
+            eos_id: for a beam search, the id that ends a hypothesis (the rest of its row is
+                filled with it; its score stops there); None scores all T tokens. Greedy
+                decoding ignores it.
 
         Returns:
-            ``(tokens, weights)``: tokens (B, T), the argmax at each step; weights (B, T, S),
-            the last layer's cross-attention averaged over heads, as it was when each token
-            was predicted.
+            ``(tokens, weights)``: tokens (B, T), the argmax at each step (the best
+            hypothesis); weights (B, T, S), the last layer's cross-attention averaged over
+            heads, as it was when each token was predicted.
         """
         _check_positive("max_len", max_len)
+        _check_positive("beam_size", beam_size)
         was_training = self.training
         self.eval()
         memory = self.encode(src)  # (B, S, D)
+        if beam_size > 1:
+            tokens = self._beam_translate(src, memory, max_len, bos, beam_size, eos_id)
+            tgt_in = torch.cat([torch.full_like(tokens[:, :1], bos), tokens[:, :-1]], dim=1)
+            with record_attention(self.decoder[-1].cross_attn) as maps:
+                self.decode(tgt_in, memory, src)  # teacher-forced on the chosen tokens
+            self.train(was_training)
+            return tokens, maps[""].mean(dim=1)  # (B, T), (B, T, S)
         tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
         with record_attention(self.decoder[-1].cross_attn) as maps:
             for _ in range(max_len):
@@ -450,6 +656,26 @@ class Transformer(nn.Module):
         weights = maps[""].mean(dim=1)  # (B, T, S), from the last step, which saw all T inputs
         self.train(was_training)
         return tokens[:, 1:], weights
+
+    def _beam_translate(
+        self, src: Tensor, memory: Tensor, max_len: int, bos: int, beam_size: int,
+        eos_id: int | None,
+    ) -> Tensor:
+        """The best hypothesis (B, T) of a beam search per source row, with a KVCache."""
+        rows = torch.arange(src.shape[0], device=src.device)  # the source of each hypothesis
+        cache: KVCache | None = None
+
+        def step(seqs: Tensor, parents: Tensor | None) -> Tensor:
+            nonlocal rows, cache
+            if parents is not None:  # the hypotheses kept, in their new order
+                rows, cache = rows[parents], cache.select(parents)
+            new = seqs if cache is None else seqs[:, cache.length:]  # (N, 1) after the first
+            logits, cache = self.decode_step(new, memory[rows], src[rows], cache)
+            return torch.log_softmax(logits[:, -1], dim=-1)  # (N, V)
+
+        start = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        sequences, _ = batched_beam_search(step, start, max_len, beam_size, eos_id=eos_id)
+        return sequences[:, 0, 1:]  # (B, T): the best of each row, without BOS
 
 
 @dataclass(frozen=True)
@@ -609,6 +835,48 @@ class TransformerLM(nn.Module):
     def pos(self) -> PositionKind:
         """The positional encoding, from the config."""
         return self.config.pos
+
+    def decode_step(
+        self, idx: Tensor, cache: KVCache | None = None
+    ) -> tuple[Tensor, KVCache]:
+        """:meth:`forward` for T new tokens after the P tokens a cache holds.
+
+        ``decode_step(idx[:, :P])`` then ``decode_step(idx[:, P:], cache)`` give the logits of
+        ``forward(idx)`` (to rounding) while computing only the new positions: what
+        ``coursepkg.lm.generate`` does with ``use_cache=True``, one token per step. The new
+        tokens are at positions P .. P+T-1 for every ``pos``: the rows P.. of the learned or
+        sinusoidal table, RoPE's queries at offset P (its keys at 0 .. P+T-1), the relative
+        bias with query offset P. With ``pos="learned"`` P + T may not exceed ``block_size``.
+        See :class:`KVCache` for what is cached and why.
+
+        Args:
+            idx: (B, T) the new token ids (T >= 1).
+            cache: what the model has read (the second result of the previous call), or None
+                to start.
+
+        Returns:
+            ``(logits, cache)``: logits (B, T, V) at the new positions; the cache of all P + T.
+        """
+        if idx.dim() != 2 or idx.shape[1] < 1:
+            raise ValueError(f"expected idx of shape (B, T), T >= 1, got {tuple(idx.shape)}")
+        B, T = idx.shape
+        P = _check_cache(cache, len(self.layers), B)
+        x = self.token_embed(idx) * math.sqrt(self.d_model)  # (B, T, D)
+        if self.pos == "learned":
+            x = x + self.positions(P + T)[P:]  # (T, D): positions P .. P+T-1
+        elif self.pos == "sinusoidal":
+            x = x + self.positions(T, offset=P)  # (T, D)
+        x = self.dropout(x)
+        mask = _causal_rows(T, P, idx.device)  # (T, P + T)
+        rotate = None if self.rotary is None else functools.partial(self.rotary, offset=P)
+        inputs = []
+        for i, layer in enumerate(self.layers):
+            bias = (None if self.relative is None
+                    else self.relative[i](T, P + T, offset=P)[None])  # (1, H, T, P + T)
+            past = None if cache is None else cache.inputs[i]
+            x, keys_values = layer.decode_step(x, past, mask, score_bias=bias, rotate=rotate)
+            inputs.append(keys_values)  # (B, P + T, D)
+        return self.head(self.norm(x)), KVCache(tuple(inputs))
 
     def forward(self, idx: Tensor) -> Tensor:
         """Next-token logits at every position.

@@ -548,3 +548,55 @@ def test_translate_restores_the_training_flag(training):
     assert model.training is training
     assert all(m.training is training for m in model.modules())
     assert not tokens.requires_grad and not weights.requires_grad
+
+
+# ----------------------------------------------------------------------------- beam translation
+def seq2seq_logprob(model, src, src_lengths, tokens):
+    """(B,) the teacher-forced sum of log p of each row of tokens."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(src, src_lengths, teacher_inputs(tokens)), dim=-1)
+    return logp.gather(-1, tokens[..., None])[..., 0].sum(dim=1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_translate_with_a_beam(kind):
+    _, src, src_lengths, _ = date_batch(6, seed=7)
+    model = small_model(kind, seed=1, dtype=F64)
+    greedy, greedy_weights = model.translate(src, src_lengths, max_len=6, bos=SeqCodec.BOS)
+    same, same_weights = model.translate(src, src_lengths, max_len=6, bos=SeqCodec.BOS,
+                                         beam_size=1)
+    assert torch.equal(same, greedy) and torch.equal(same_weights, greedy_weights)
+    beam, weights = model.translate(src, src_lengths, max_len=6, bos=SeqCodec.BOS,
+                                    beam_size=3)
+    assert beam.shape == (6, 6) and weights.shape == greedy_weights.shape
+    beam_lp = seq2seq_logprob(model, src, src_lengths, beam)
+    greedy_lp = seq2seq_logprob(model, src, src_lengths, greedy)
+    assert (beam_lp >= greedy_lp - 1e-12).all()  # never less likely than greedy's
+    # the weights are those of the teacher-forced pass over the chosen tokens
+    _, teacher = model._decode(src, src_lengths, teacher_inputs(beam), 6, SeqCodec.BOS)
+    torch.testing.assert_close(weights, teacher, rtol=0, atol=1e-12)
+
+
+def test_translate_with_a_wide_beam_finds_the_most_likely_short_target():
+    """Two tokens from 14: a beam of 196 keeps every target, so it returns the best."""
+    _, src, src_lengths, _ = date_batch(2, seed=8)
+    model = small_model("additive", seed=2, dtype=F64)
+    V = TGT.vocab_size
+    beam, _ = model.translate(src, src_lengths, max_len=2, bos=SeqCodec.BOS, beam_size=V * V)
+    every = torch.cartesian_prod(torch.arange(V), torch.arange(V))  # (V^2, 2)
+    for b in range(2):
+        rows = torch.full((V * V,), b)
+        scores = seq2seq_logprob(model, src[rows], src_lengths[rows], every)
+        assert beam[b].tolist() == every[scores.argmax()].tolist()
+
+
+def test_translate_beam_ends_hypotheses_at_eos_and_refuses_a_bad_width():
+    _, src, src_lengths, _ = date_batch(3, seed=9)
+    model = small_model("dot", seed=3)
+    beam, _ = model.translate(src, src_lengths, max_len=8, bos=SeqCodec.BOS, beam_size=3,
+                              eos_id=SeqCodec.EOS)
+    for row in beam.tolist():
+        if SeqCodec.EOS in row:
+            assert set(row[row.index(SeqCodec.EOS):]) == {SeqCodec.EOS}
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        model.translate(src, src_lengths, max_len=3, bos=SeqCodec.BOS, beam_size=0)

@@ -26,6 +26,7 @@ from coursepkg.positional import Rotary, sinusoidal_encoding
 from coursepkg.self_attention import causal_mask
 from coursepkg.transformer import (
     FeedForward,
+    KVCache,
     Transformer,
     TransformerConfig,
     TransformerDecoderLayer,
@@ -635,7 +636,7 @@ def test_one_layer_without_positions_ignores_the_order_of_the_prefix(pos):
 
 @pytest.mark.parametrize("offset, looks_at", [(-1, "previous"), (0, "itself"), (1, "next")])
 def test_relative_bias_is_indexed_by_key_minus_query(offset, looks_at):
-    """Put a large bias on one offset j - i: with offset -1 every query looks at the token
+    """Put a large bias on one offset s - t: with offset -1 every query looks at the token
     before it, with 0 at itself; offset +1 points into the future, which the causal mask
     hides, so it changes nothing at all."""
     lm = make_lm("relative", seed=7)
@@ -1155,3 +1156,155 @@ def test_seq2seq_bad_arguments_and_inputs_are_rejected():
         model(src[0], tgt)
     with pytest.raises(ValueError, match=r"expected tgt of shape \(B, T\), got \(2, 4, 1\)"):
         model(src, tgt[..., None])
+
+
+# ----------------------------------------------------------------------------- cached decoding
+def lm_in_chunks(lm, idx, cuts):
+    """decode_step over idx (B, T) cut at ``cuts``: the logits and the caches, chunk by chunk."""
+    logits, caches, cache = [], [], None
+    for a, b in zip([0, *cuts], [*cuts, idx.shape[1]], strict=True):
+        out, cache = lm.decode_step(idx[:, a:b], cache)
+        logits.append(out)
+        caches.append(cache)
+    return torch.cat(logits, dim=1), caches
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
+@pytest.mark.parametrize("cuts", [[1, 2, 3, 4, 5, 6, 7], [3], [2, 7]], ids=str)
+def test_lm_decode_step_equals_forward_for_every_position_encoding(pos, norm_first, cuts):
+    lm = make_lm(pos, seed=0, norm_first=norm_first).eval()
+    idx = tokens(3, BLOCK, seed=4)
+    with record_attention(lm) as full_maps:
+        full = lm(idx)
+    with record_attention(lm) as maps:
+        logits, caches = lm_in_chunks(lm, idx, cuts)
+    torch.testing.assert_close(logits, full, rtol=0, atol=1e-10)
+    # the last step's attention: its queries' rows of the full weights, over every key so far
+    first = cuts[-1]
+    for name, weights in maps.items():
+        torch.testing.assert_close(weights, full_maps[name][:, :, first:], rtol=0, atol=1e-10)
+    # the cache holds what each layer's attention read: LN1 of the layer's input (pre-norm)
+    inputs = []
+    hooks = [layer.register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
+             for layer in lm.layers]
+    lm(idx)
+    for hook in hooks:
+        hook.remove()
+    final = caches[-1]
+    assert isinstance(final, KVCache) and final.length == BLOCK and len(final.inputs) == 2
+    for layer, x, cached in zip(lm.layers, inputs, final.inputs, strict=True):
+        expected = layer.norm1(x) if norm_first else x
+        torch.testing.assert_close(cached, expected, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_lm_decode_step_fused_equals_forward(pos):
+    lm = make_lm(pos, seed=1, fused=True).eval()
+    idx = tokens(2, BLOCK, seed=5)
+    logits, _ = lm_in_chunks(lm, idx, [4, 5, 6])
+    torch.testing.assert_close(logits, lm(idx), rtol=0, atol=1e-10)
+
+
+def test_a_cache_is_never_changed_and_select_takes_rows():
+    lm = make_lm("rope", seed=2)
+    idx = tokens(3, 5, seed=6)
+    _, cache = lm.decode_step(idx[:, :4])
+    before = [x.clone() for x in cache.inputs]
+    out, longer = lm.decode_step(idx[:, 4:], cache)
+    assert longer.length == 5 and cache.length == 4
+    assert all(torch.equal(a, b) for a, b in zip(before, cache.inputs, strict=True))
+    rows = torch.tensor([2, 2, 0])
+    picked = cache.select(rows)
+    out_picked, _ = lm.decode_step(idx[rows, 4:], picked)
+    torch.testing.assert_close(out_picked, out[rows], rtol=0, atol=1e-12)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cache.inputs = ()
+
+
+def test_decode_step_refuses_what_does_not_fit():
+    lm = make_lm("learned", seed=0)
+    _, cache = lm.decode_step(tokens(2, BLOCK, seed=0))
+    with pytest.raises(ValueError, match=f"max_len={BLOCK}"):  # no vector for position BLOCK
+        lm.decode_step(tokens(2, 1, seed=1), cache)
+    _, cache = lm.decode_step(tokens(2, 3, seed=0))
+    with pytest.raises(ValueError, match="the cache holds 2 sequences, the batch has 3"):
+        lm.decode_step(tokens(3, 1, seed=1), cache)
+    with pytest.raises(ValueError, match="one tensor per layer"):
+        lm.decode_step(tokens(2, 1, seed=1), KVCache(cache.inputs[:1]))
+    with pytest.raises(ValueError, match=r"expected idx of shape \(B, T\), T >= 1"):
+        lm.decode_step(torch.zeros(2, 0, dtype=torch.long), cache)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_seq2seq_decode_step_equals_decode(norm_first):
+    model = make_seq2seq(norm_first, seed=3)
+    src, tgt = source(3, 7, seed=1, lengths=[7, 4, 2]), target(3, 6, seed=2)
+    memory = model.encode(src)
+    full = model.decode(tgt, memory, src)
+    cache, logits = None, []
+    for a, b in [(0, 2), (2, 3), (3, 4), (4, 6)]:
+        out, cache = model.decode_step(tgt[:, a:b], memory, src, cache)
+        logits.append(out)
+    torch.testing.assert_close(torch.cat(logits, dim=1), full, rtol=0, atol=1e-10)
+    assert cache.length == 6 and len(cache.inputs) == 2
+
+
+# ----------------------------------------------------------------------------- beam translation
+def teacher_forced_logprob(model, src, tokens_, bos):
+    """(B,) the sum of log p of each row of tokens_ given src, teacher-forced."""
+    tgt_in = torch.cat([torch.full_like(tokens_[:, :1], bos), tokens_[:, :-1]], dim=1)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(src, tgt_in), dim=-1)  # (B, T, V)
+    return logp.gather(-1, tokens_[..., None])[..., 0].sum(dim=1)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_translate_with_a_beam(norm_first):
+    model = make_seq2seq(norm_first, seed=4)
+    bos, T = 1, 5
+    src = source(4, 7, seed=10, lengths=[7, 5, 2, 6])
+    greedy, greedy_weights = model.translate(src, T, bos)
+    same, same_weights = model.translate(src, T, bos, beam_size=1)
+    assert torch.equal(same, greedy) and torch.equal(same_weights, greedy_weights)
+    model.train()
+    beam, weights = model.translate(src, T, bos, beam_size=4)
+    assert model.training
+    model.eval()
+    assert beam.shape == (4, T) and weights.shape == (4, T, 7)
+    # the beam's choice is at least as likely as greedy's, and better somewhere on this model
+    beam_lp = teacher_forced_logprob(model, src, beam, bos)
+    greedy_lp = teacher_forced_logprob(model, src, greedy, bos)
+    assert (beam_lp >= greedy_lp - 1e-12).all() and (beam_lp > greedy_lp + 1e-6).any()
+    # the weights are the cross-attention as each chosen token was predicted
+    tgt_in = torch.cat([torch.full((4, 1), bos), beam[:, :-1]], dim=1)
+    with torch.no_grad(), record_attention(model.decoder[-1]) as maps:
+        model(src, tgt_in)
+    torch.testing.assert_close(weights, maps["cross_attn"].mean(dim=1), rtol=0, atol=1e-12)
+
+
+def test_translate_with_a_wide_beam_finds_the_most_likely_short_target():
+    """Two tokens from 11: a beam of 121 keeps every target, so it returns the best."""
+    model = make_seq2seq(seed=5)
+    bos = 1
+    src = source(2, 6, seed=3, lengths=[6, 3])
+    beam, _ = model.translate(src, 2, bos, beam_size=TGT_V**2)
+    every = torch.cartesian_prod(torch.arange(TGT_V), torch.arange(TGT_V))  # (121, 2)
+    for b in range(2):
+        scores = teacher_forced_logprob(model, src[b : b + 1].expand(len(every), -1), every,
+                                        bos)
+        assert beam[b].tolist() == every[scores.argmax()].tolist()
+
+
+def test_translate_beam_ends_hypotheses_at_eos():
+    model = make_seq2seq(seed=6)
+    bos, eos = 1, 2
+    src = source(3, 5, seed=4)
+    beam, _ = model.translate(src, 6, bos, beam_size=3, eos_id=eos)
+    assert beam.shape == (3, 6)
+    for row in beam.tolist():
+        if eos in row:
+            assert all(t == eos for t in row[row.index(eos):])
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        model.translate(src, 6, bos, beam_size=0)
+
