@@ -1,8 +1,9 @@
 """Self-attention: every token is a query, a key and a value.
 
-A sequence of T vectors x_1 ... x_T (rows of X, (T, D)) is projected three times, Q = X W^Q,
-K = X W^K, V = X W^V, and every position attends over every position (or, with a causal
-mask, over itself and the positions before it):
+A sequence of T vectors x_0 ... x_{T-1} (rows of X, (T, D); positions count from 0) is projected
+three times, Q = X W^Q^T, K = X W^K^T, V = X W^V^T (q_t = W^Q x_t, as nn.Linear computes it), and
+every position attends over every position (or, with a causal mask, over itself and the
+positions before it):
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
