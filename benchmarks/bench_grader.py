@@ -17,8 +17,9 @@ What it does:
 2. It builds an nbgrader course in a temporary folder: ``source/01_ngrams/01_ngrams.ipynb`` is
    ``solutions/01_ngrams.ipynb`` with nbgrader metadata (each task's function cell a solution
    cell; after each task's check cell an autograder test cell worth the task's points that
-   evaluates ``run_task(task, func, hidden=True).points``, the same public and hidden cases the
-   course grader runs, so nbgrader gives the same partial credit); the instructor cells are
+   evaluates ``run_task(task, func, secret=SECRET).points``, the same public and hidden cases
+   the course grader runs with ``--secret``, so nbgrader gives the same partial credit; the
+   benchmark's secret is a fixed one, :data:`BENCH_SECRET`); the instructor cells are
    dropped. ``nbgrader generate_assignment`` makes the release notebook.
 3. The batch: N notebooks made from the release notebook by filling in each task's function
    cell: half the students submit the solutions, one in ten the untouched exercise
@@ -28,9 +29,11 @@ What it does:
 4. Timings: ``coursepkg grade 01_ngrams DIR --out OUT --jobs 2`` as a subprocess (cold: with
    its start-up, the forkserver importing torch); the same batch again in this process with the
    forkserver already running (warm), with ``--jobs 2`` and ``--jobs 1``; the students' own code
-   run in this process (exec of the kept definitions, then ``run_task(..., hidden=True)`` for
-   every task): the grader's overhead per submission is warm ``--jobs 1`` time minus that, per
-   submission. Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
+   run in this process (exec of the kept definitions, then ``run_task(..., secret=...,
+   tripwire=False)`` for every task): the grader's overhead per submission is warm ``--jobs 1``
+   time minus that, per submission. It includes what the isolation costs: a fork per task, the
+   namespaces and private /tmp of each child, the forbidden-call tripwire around each case.
+   Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
 5. It checks that nbgrader graded every submission (its gradebook and ``autograded/``) and
    compares the points per task of both graders.
 
@@ -79,6 +82,8 @@ NBGRADER_PACKAGES = [
     "nbformat",
 ]
 NBGRADER_STAMP = "bench-installed.json"
+# The hidden cases are made from an instructor's secret: the benchmark's own, fixed one.
+BENCH_SECRET = b"coursepkg benchmark secret, not for grading"
 
 # Planted mistakes: (task id, label, function source). Each replaces one task's function cell.
 # The four of `make grade-demo`, and two more.
@@ -266,7 +271,7 @@ def nbgrader_source(tasks: list, lean: bool) -> dict:
             test = (
                 "# Autograder test: the public and hidden cases, partial credit.\n"
                 "from coursepkg.checks import run_task\n\n"
-                f'run_task("{task_id}", {func}, hidden=True).points'
+                f'run_task("{task_id}", {func}, secret={BENCH_SECRET!r}).points'
             )
             cells.append(
                 code_cell(
@@ -340,10 +345,20 @@ def build_submission(release: dict, student: str, choice: dict, tasks: list) -> 
 # ----------------------------------------------------------------------------- the course grader
 
 
-def course_cold(batch: Path, out: Path, jobs: int) -> float:
+def write_bench_secret(folder: Path) -> Path:
+    """The benchmark's secret in a file, as ``coursepkg grade --secret`` reads it."""
+    from coursepkg.checks.core import write_secret
+
+    path = folder / "secret"
+    write_secret(path, BENCH_SECRET)
+    return path
+
+
+def course_cold(batch: Path, out: Path, jobs: int, secret: Path) -> float:
     start = time.perf_counter()
     proc = subprocess.run(
-        [COURSE_BIN / "coursepkg", "grade", ASSIGNMENT, batch, "--out", out, "--jobs", str(jobs)],
+        [COURSE_BIN / "coursepkg", "grade", ASSIGNMENT, batch, "--out", out, "--jobs", str(jobs),
+         "--secret", secret],
         capture_output=True,
         text=True,
         check=False,
@@ -386,12 +401,14 @@ def course_warm(batch: Path, work: Path, jobs: int) -> dict:
     warmup.mkdir()
     shutil.copy(files[0], warmup / "warmup.ipynb")
     start = time.perf_counter()
-    grader.grade(ASSIGNMENT, [warmup], work / "out-warmup", jobs=1, progress=False)
+    grader.grade(ASSIGNMENT, [warmup], work / "out-warmup", jobs=1, progress=False,
+                 secret=BENCH_SECRET)
     first = time.perf_counter() - start
     times = {"start_and_one": first}
     for j in sorted({jobs, 1}, reverse=True):
         start = time.perf_counter()
-        grader.grade(ASSIGNMENT, [batch], work / f"out-warm-j{j}", jobs=j, progress=False)
+        grader.grade(ASSIGNMENT, [batch], work / f"out-warm-j{j}", jobs=j, progress=False,
+                     secret=BENCH_SECRET)
         times[f"warm_j{j}"] = time.perf_counter() - start
         check_uncached(work / f"out-warm-j{j}", len(files))
         log(f"  warm forkserver, --jobs {j}: {times[f'warm_j{j}']:.1f} s")
@@ -405,7 +422,7 @@ def course_warm(batch: Path, work: Path, jobs: int) -> dict:
         exec(compile(sub.code, str(path), "exec"), namespace)  # noqa: S102 - our own batch
         middle = time.perf_counter()
         for task in tasks:
-            run_task(task.id, namespace.get(task.func_name), hidden=True)
+            run_task(task.id, namespace.get(task.func_name), secret=BENCH_SECRET, tripwire=False)
         load_s += middle - start
         run_s += time.perf_counter() - middle
     times["student_load"], times["student_run"] = load_s, run_s
@@ -584,7 +601,7 @@ def main() -> None:
         )
 
         log(f"coursepkg grade --jobs {args.jobs} (cold: a new process)...")
-        cold = course_cold(batch, work / "out-cold", args.jobs)
+        cold = course_cold(batch, work / "out-cold", args.jobs, write_bench_secret(work))
         check_uncached(work / "out-cold", args.n)
         log(f"  cold: {cold:.1f} s")
         warm = course_warm(batch, work, args.jobs)

@@ -5,4 +5,4 @@ then later chapters). ``checks``, ``grading`` and ``authoring`` are tools around
 the models; the models never import them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,6 +1,7 @@
-"""What every chapter's tests of its checks share: hostile stand-ins for student functions,
-the assertions every printed check must satisfy, and :class:`Chapter`, the tables through which
-a chapter's test module hands its checks to the generic tests in test_checks_common.py."""
+"""What every chapter's tests of its checks share: the tests' instructor secret and the hidden
+cases it makes, hostile stand-ins for student functions, the assertions every printed check must
+satisfy, and :class:`Chapter`, the tables through which a chapter's test module hands its checks
+to the generic tests in test_checks_common.py."""
 
 from __future__ import annotations
 
@@ -12,10 +13,29 @@ from types import ModuleType
 
 from coursepkg import checks
 
-#: ``checks.run_task``, remembered: a function's results on a task never change (the inputs are
-#: seeded), and many tests look at the same implementations (a sampling loop runs its model a
-#: hundred times per case).
-run_task = functools.cache(checks.run_task)
+#: The instructor's secret of the tests: the hidden cases of every task are made from it.
+TEST_SECRET = b"course-tests-secret-0123456789"
+
+
+@functools.cache
+def run_task(task_id: str, func: Callable, hidden: bool = False) -> checks.TaskResult:
+    """``checks.run_task`` on the public cases, and with ``hidden`` also on the hidden cases
+    made from :data:`TEST_SECRET`; remembered (a function's results on a task never change:
+    the inputs are seeded, and a sampling loop runs its model a hundred times per case). The
+    task's own reference runs without the tripwire, which refuses it by design."""
+    task = checks.get_task(task_id)
+    return checks.run_task(task_id, func, secret=TEST_SECRET if hidden else None,
+                           tripwire=func is not task.reference)
+
+
+def all_cases(task: checks.Task) -> tuple[checks.Case, ...]:
+    """Every case the grader runs with :data:`TEST_SECRET`: the public ones, then the hidden."""
+    return checks.grading_cases(task, TEST_SECRET)
+
+
+def hidden_cases(task: checks.Task) -> tuple[checks.Case, ...]:
+    """The hidden cases :data:`TEST_SECRET` makes."""
+    return tuple(case for case in all_cases(task) if case.hidden)
 
 
 class AlwaysEqual:

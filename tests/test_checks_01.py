@@ -11,7 +11,7 @@ import math
 from collections import Counter, defaultdict
 
 import pytest
-from checks_support import AlwaysEqual, Chapter, check_output, run_task
+from checks_support import AlwaysEqual, Chapter, check_output, hidden_cases, run_task
 
 from coursepkg import checks
 from coursepkg.checks import ch01_ngrams as ch01
@@ -338,7 +338,7 @@ WRONG = {
         (ppl_no_minus, ch01.HINT_PPL_SIGN),
         (ppl_context_includes_token, ch01.HINT_PPL_CONTEXT),
         (ppl_predicts_bos, ch01.HINT_PPL_INFINITE),
-        (ppl_calls_the_model, "Compute the perplexity yourself from model.logprob"),
+        (ppl_calls_the_model, "forbidden: you called coursepkg.ngram.NGramLM.perplexity"),
     ],
 }
 
@@ -353,7 +353,7 @@ def stub(*args):
 
 CHAPTER = Chapter(
     assignment="01_ngrams",
-    tasks={"1.1": ("count_ngrams", 4, 8), "1.2": ("mle_prob", 4, 9),
+    tasks={"1.1": ("count_ngrams", 5, 9), "1.2": ("mle_prob", 5, 10),
            "1.3": ("add_k_prob", 4, 7), "1.4": ("perplexity", 3, 6)},
     hints=ch01,
     correct=CORRECT,
@@ -361,13 +361,13 @@ CHAPTER = Chapter(
     stub=stub,
     min_public=3,
     min_hidden=2,
-    public_points=(2, 4),
+    public_points=(2, 5),
     forbidden=("nltk", "coursepkg.checks"),
     package="nltk",
     not_finite_hint="Your function returned NaN (not a number)",
     not_finite=("nan",),  # an infinite probability or perplexity gets its task's own hint
     failure_reports=(
-        ("1.1", count_no_eos, "Task 1.1 count_ngrams: 0/4 points",
+        ("1.1", count_no_eos, "Task 1.1 count_ngrams: 0/5 points",
          ("  FAIL  [0/1] bigrams of two sentences: " + ch01.HINT_LAST_NGRAM_MISSING,)),
         ("1.4", ppl_per_sentence_mean, "Task 1.4 perplexity: 1/3 points",
          (ch01.HINT_PPL_PER_SENTENCE,)),
@@ -381,7 +381,7 @@ CHAPTER = Chapter(
         "number: find where that happens.",
     }),
     wrong_types=(
-        ("1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)),
+        ("1.1", lambda sentences, n: list(count_ngrams_alt(sentences, n)),
          "expected a dict mapping n-gram tuples to counts, got list"),
         ("1.2", lambda *args: True, "expected a float, got bool"),
         ("1.2", lambda *args: "0.5", "expected a float, got str"),
@@ -472,11 +472,11 @@ def test_a_dict_or_float_that_claims_equality_does_not_pass():
 def test_numpy_and_torch_scalars_are_accepted():
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
-    assert run_task("1.2", lambda *a: np.float64(ch01.mle_prob(*a))).status == "passed"
-    result = run_task("1.3", lambda *a: torch.tensor(ch01.add_k_prob(*a)))
+    assert run_task("1.2", lambda *a: np.float64(mle_prob_alt(*a))).status == "passed"
+    result = run_task("1.3", lambda *a: torch.tensor(add_k_prob_alt(*a)))
     assert result.status == "passed"
     result = run_task(
-        "1.1", lambda s, n: {g: np.int64(c) for g, c in ch01.count_ngrams(s, n).items()}
+        "1.1", lambda s, n: {g: np.int64(c) for g, c in count_ngrams_alt(s, n).items()}
     )
     assert result.status == "passed"
 
@@ -490,7 +490,7 @@ def test_close_never_matches_nan_and_matches_infinities_exactly():
 
 def test_zero_counts_are_the_same_as_absent():
     def with_zeros(sentences, n):
-        counts = defaultdict(int, ch01.count_ngrams(sentences, n))
+        counts = defaultdict(int, count_ngrams_alt(sentences, n))
         counts[("never",) * n] += 0
         return counts
 
@@ -500,10 +500,13 @@ def test_zero_counts_are_the_same_as_absent():
 def test_forbidden_model_perplexity_is_refused_but_logprob_works():
     model, sentences = ch01._build_perplexity_args(checks.get_task("1.4").cases[0].args)
     assert isinstance(model, NGramLM)
-    with pytest.raises(checks.ForbiddenCallError):
-        model.perplexity(sentences)
     assert math.isfinite(model.logprob("the", ()))
     assert "coursepkg.ngram.NGramLM.perplexity" in checks.get_task("1.4").forbidden
+    result = run_task("1.4", ppl_calls_the_model, hidden=True)
+    assert result.points == 0
+    assert all(case.message.startswith("forbidden: you called coursepkg.ngram.NGramLM.perplexity")
+               for case in result.cases)
+    assert run_task("1.4", perplexity_alt, hidden=True).status == "passed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,7 +526,7 @@ def test_grade_output_rejects_values_that_are_not_plain():
 
 def test_exception_result_from_names_across_processes():
     task = checks.get_task("1.2")
-    public, hidden = task.public_cases[0], task.hidden_cases[0]
+    public, hidden = task.public_cases[0], hidden_cases(task)[0]
     assert checks.exception_result(task, public, "NotImplementedError", "x").status == (
         "not attempted"
     )
@@ -558,11 +561,11 @@ def test_check_raising_function(capsys):
 
 
 def test_check_names_the_wrong_return_type(capsys):
-    out = check_output(capsys, "1.1", lambda sentences, n: list(ch01.count_ngrams(sentences, n)))
-    assert "0/4 points" in out
+    out = check_output(capsys, "1.1", lambda sentences, n: list(count_ngrams_alt(sentences, n)))
+    assert "0/5 points" in out
     assert "Wrong return type: expected a dict mapping n-gram tuples to counts, got list." in out
     out = check_output(capsys, "1.2", lambda *args: AlwaysEqual())
-    assert "0/4 points" in out and "expected a float, got AlwaysEqual" in out
+    assert "0/5 points" in out and "expected a float, got AlwaysEqual" in out
 
 
 def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
@@ -575,7 +578,7 @@ def test_check_unknown_task_and_checker_bug(capsys, monkeypatch):
 
     task = checks.get_task("1.2")
     monkeypatch.setitem(core.TASKS, "1.2", core.Task(**{**vars(task), "build_args": broken_build}))
-    out = check_output(capsys, "1.2", ch01.mle_prob)
+    out = check_output(capsys, "1.2", mle_prob_alt)
     assert "the checker itself failed" in out
 
 

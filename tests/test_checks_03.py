@@ -13,7 +13,7 @@ import string
 
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, check_output, forged_pairs, run_task
+from checks_support import Chapter, all_cases, check_output, forged_pairs, hidden_cases, run_task
 
 from coursepkg import attention, checks, rnn
 from coursepkg.checks import ch03_attention as ch03
@@ -355,9 +355,9 @@ RUNTIME_HINTS = {task_id: checks.get_task(task_id).error_hints["RuntimeError"]
 
 WRONG = {
     "3.1": [
-        (weights_softmax_over_batch, ch03.HINT_SOFTMAX_DIM),
+        (weights_softmax_over_batch, ch03.HINT_SOFTMAX_DIM_0),
         (weights_naive_softmax, ch03.HINT_SOFTMAX_OVERFLOW),
-        (weights_no_scale, ch03.HINT_NO_SCALE),
+        (weights_no_scale, ch03.HINT_SCALE_IGNORED),
         (weights_scale_divides, ch03.HINT_SCALE_DIVIDES),
         (weights_own_sqrt_d, ch03.HINT_SCALE_ARGUMENT),
         (weights_scale_after_softmax, ch03.HINT_SCALE_ON_WEIGHTS),
@@ -376,10 +376,10 @@ WRONG = {
         (attend_scale_on_values, ch03.HINT_SCALE_ON_VALUES),
         (attend_scale_on_weights, ch03.HINT_SCALE_ON_WEIGHTS),
         (attend_plain_mean, ch03.HINT_CONTEXT_MEAN),
-        (attend_context_of_keys, ch03.HINT_CONTEXT_KEYS),
+        (attend_context_of_keys, ch03.HINT_OUT_KEYS),
         (attend_batch_product, ch03.HINT_CONTEXT_BATCH),
-        (attend_returns_weights_first, ch03.HINT_PAIR_ORDER),
-        (attend_softmax_over_batch, ch03.HINT_SOFTMAX_DIM),
+        (attend_returns_weights_first, ch03.HINT_CONTEXT_ORDER),
+        (attend_softmax_over_batch, ch03.HINT_SOFTMAX_DIM_0),
     ],
     "3.3": [
         (additive_no_tanh, ch03.HINT_ADDITIVE_NO_TANH),
@@ -419,7 +419,7 @@ def stub(*args):
 
 CHAPTER = Chapter(
     assignment="03_attention",
-    tasks={"3.1": ("attention_weights", 3, 7), "3.2": ("masked_attention", 4, 8),
+    tasks={"3.1": ("attention_weights", 3, 7), "3.2": ("masked_attention", 5, 10),
            "3.3": ("additive_scores", 3, 7), "3.4": ("decoder_step", 3, 8)},
     hints=ch03,
     correct=CORRECT,
@@ -427,13 +427,13 @@ CHAPTER = Chapter(
     stub=stub,
     min_public=3,
     min_hidden=4,
-    public_points=(2, 4),
+    public_points=(2, 5),
     forbidden=("coursepkg.attention", "coursepkg.checks",
                "torch.nn.functional.scaled_dot_product_attention"),
     package="coursepkg.attention",
     not_finite_hint=ch03.HINT_NOT_FINITE,
     failure_reports=(
-        ("3.2", attend_mask_after_softmax, "Task 3.2 masked_attention: 1/4 points",
+        ("3.2", attend_mask_after_softmax, "Task 3.2 masked_attention: 1/5 points",
          ("  FAIL  [0/1] a right-padded batch, lengths [5, 3, 1]: "
           + ch03.HINT_MASK_AFTER_SOFTMAX,)),
         ("3.1", weights_naive_softmax, "Task 3.1 attention_weights: 2/3 points",
@@ -459,7 +459,7 @@ CHAPTER = Chapter(
          "expected a pair (context, weights), got Tensor"),
         ("3.2", lambda *a: (*masked_attention(*a), None), "got a tuple of 3"),
         ("3.3", lambda *a: "scores", "expected the scores as a torch.Tensor, got str"),
-        ("3.4", lambda *a: ch03.decoder_step(*a)[:2],
+        ("3.4", lambda *a: decoder_step(*a)[:2],
          "expected a tuple of 4 (h_t, c_t, context, weights), got a tuple of 2"),
         ("3.4", lambda *a: None, "got NoneType"),
     ),
@@ -482,12 +482,12 @@ CHAPTER = Chapter(
 
 def _masks(task_id):
     task = checks.get_task(task_id)
-    return [(case, task.build_args(case.args)[3]) for case in task.cases]
+    return [(case, task.build_args(case.args)[3]) for case in all_cases(task)]
 
 
 def test_hidden_edge_cases_are_there():
     # 3.1: scores large enough to overflow a naive exp, public and hidden, in both dtypes
-    large = [case for case in checks.get_task("3.1").cases if case.args["kind"] == "large"]
+    large = [case for case in all_cases(checks.get_task("3.1")) if case.args["kind"] == "large"]
     assert {case.hidden for case in large} == {True, False}
     assert {case.args["dtype"] for case in large} == {"float32", "float64"}
     for case in large:
@@ -515,7 +515,7 @@ def test_hidden_edge_cases_are_there():
     assert True in squares and False in squares
     # every task: a batch of one and a single key
     for task_id in TASK_IDS:
-        hidden = checks.get_task(task_id).hidden_cases
+        hidden = hidden_cases(checks.get_task(task_id))
         assert any(case.args["B"] == 1 for case in hidden), task_id
         assert any(case.args["S"] == 1 for case in hidden), task_id
 
@@ -635,7 +635,7 @@ def test_public_failures_show_the_specifics():
     result = run_task("3.1", weights_every_pair)
     assert result.cases[0].message.endswith("Expected weights of shape (2, 5), got (2, 2, 5).")
     result = run_task("3.1", weights_no_scale)
-    detail = result.cases[0].message.removeprefix(ch03.HINT_NO_SCALE).strip()
+    detail = result.cases[0].message.removeprefix(ch03.HINT_SCALE_IGNORED).strip()
     assert detail.startswith("weights[") and "expected" in detail and "values differ)." in detail
     result = run_task("3.2", attend_returns_weights_first)
     assert "Expected context of shape (2, 5), got (2, 4)." in result.cases[0].message
@@ -658,8 +658,7 @@ def test_dtype_mismatch_is_named_in_the_float64_case():
 
     result = run_task("3.1", float32_weights, hidden=True)
     failed = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in failed] == ["hidden: float64, scale 0.5",
-                                              "hidden: large scores in float64"]
+    assert [case.name for case in failed] == ["hidden: float64", "hidden: large scores in float64"]
     assert {case.message for case in failed} == {ch03.HINT_DTYPE}
     task = checks.get_task("3.3")
     case = core.Case("public float64", 1, {**task.cases[0].args, "dtype": "float64"})
@@ -702,7 +701,7 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
 
 
 def test_torchs_lstm_cell_is_forbidden_in_the_decoder_step():
-    from coursepkg.grading.worker import Tripwire
+    from coursepkg.checks.forbidden import Tripwire
 
     step = Tripwire(checks.get_task("3.4"))
     assert step.forbidden_callable(torch.lstm_cell) == "torch.lstm_cell"

@@ -13,10 +13,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, check_output, forged_pairs, run_task
+from checks_support import Chapter, all_cases, check_output, forged_pairs, hidden_cases, run_task
 
 from coursepkg import checks
 from coursepkg import self_attention as sa
+from coursepkg.checks import attention_mistakes as bank
 from coursepkg.checks import ch04_self_attention as ch04
 
 TASK_IDS = ("4.1", "4.2", "4.3", "4.4")
@@ -501,7 +502,7 @@ def stub(*args):
 
 CHAPTER = Chapter(
     assignment="04_self_attention",
-    tasks={"4.1": ("qkv_scores", 3, 7), "4.2": ("scaled_dot_product_attention", 5, 10),
+    tasks={"4.1": ("qkv_scores", 3, 7), "4.2": ("scaled_dot_product_attention", 7, 13),
            "4.3": ("causal_mask", 2, 6), "4.4": ("self_attention", 3, 7)},
     hints=ch04,
     correct=CORRECT,
@@ -509,18 +510,18 @@ CHAPTER = Chapter(
     stub=stub,
     min_public=2,
     min_hidden=4,
-    public_points=(2, 5),
+    public_points=(2, 7),
     forbidden=("coursepkg.self_attention", "coursepkg.checks",
                "torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"),
     package="coursepkg.self_attention",
     not_finite_hint=ch04.HINT_NOT_FINITE,
     failure_reports=(
-        ("4.2", sdpa_mask_minus_1e9, "Task 4.2 scaled_dot_product_attention: 4/5 points",
+        ("4.2", sdpa_mask_minus_1e9, "Task 4.2 scaled_dot_product_attention: 6/7 points",
          ("  FAIL  [0/1] scores from -8e3 down to -1.7e10, causal mask: masked keys must get "
           "0: " + ch04.HINT_MASK_FINITE,)),
         ("4.3", mask_diagonal_hidden, "Task 4.3 causal_mask: 0/2 points",
          ("  FAIL  [0/1] T = 4: " + ch04.HINT_CAUSAL_DIAGONAL,)),
-        ("4.2", sdpa_mask_with_zero, "Task 4.2 scaled_dot_product_attention: 2/5 points",
+        ("4.2", sdpa_mask_with_zero, "Task 4.2 scaled_dot_product_attention: 2/7 points",
          (ch04.HINT_MASK_ZERO,)),
     ),
     typed=("4.1", "4.2", "4.4"),  # a causal mask is a function of T alone
@@ -528,8 +529,8 @@ CHAPTER = Chapter(
     scalar_inputs=("4.3",),
     exact_results=("4.3",),
     more_hints=frozenset(
-        {f"{ch04.HINT_LAYER_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
-        | {f"{ch04.HINT_LAYER_MASK_WRONG} {hint}" for hint, _ in ch04._mask_mistakes()}),
+        {f"{ch04.HINT_LAYER_ATTENTION_WRONG} {hint}" for hint, _ in bank.attention_mistakes()}
+        | {f"{ch04.HINT_LAYER_MASK_WRONG} {hint}" for hint, _ in bank.CAUSAL_MISTAKES}),
     more_hidden_funcs=(sdpa_transpose_1_2,),
     # where the widths differ, an untransposed key or weight matrix crashes: the error's hint
     # names the shapes
@@ -572,13 +573,13 @@ CHAPTER = Chapter(
 
 @pytest.mark.parametrize("task_id", ("4.1", "4.2", "4.4"))
 def test_every_task_has_a_hidden_case_of_one_position(task_id):
-    assert any(case.args["T"] == 1 for case in checks.get_task(task_id).hidden_cases)
+    assert any(case.args["T"] == 1 for case in hidden_cases(checks.get_task(task_id)))
 
 
 def test_hidden_causal_masks_have_other_lengths():
     task = checks.get_task("4.3")
     public = {case.args["T"] for case in task.public_cases}
-    hidden = {case.args["T"] for case in task.hidden_cases}
+    hidden = {case.args["T"] for case in hidden_cases(task)}
     assert not public & hidden
     assert {1, 2} <= hidden and max(hidden) > max(public)
 
@@ -590,7 +591,7 @@ def _sdpa_inputs(case):
 
 def test_the_attention_cases_cover_layouts_masks_and_widths():
     task = checks.get_task("4.2")
-    public, hidden = task.public_cases, task.hidden_cases
+    public, hidden = task.public_cases, hidden_cases(task)
     # widths and lengths that differ, so that the wrong square root or a missing transposition
     # changes the numbers; and one public case where q @ k runs (Dk = S) to be recognised
     assert any(len({a["T"], a["S"], a["Dk"], a["Dv"]}) == 4 for a in (c.args for c in public))
@@ -600,7 +601,7 @@ def test_the_attention_cases_cover_layouts_masks_and_widths():
     assert any(c.args["T"] == 1 for c in hidden)
     # masks of several ranks, each leaving every query at least one key
     ranks = set()
-    for case in task.cases:
+    for case in all_cases(task):
         q, k, v, mask = _sdpa_inputs(case)
         if mask is None:
             continue
@@ -616,7 +617,7 @@ def test_the_attention_cases_cover_layouts_masks_and_widths():
 def test_the_large_and_the_very_negative_scores_are_exact_and_extreme():
     task = checks.get_task("4.2")
     by_kind = {}
-    for case in task.cases:
+    for case in all_cases(task):
         by_kind.setdefault(case.args["kind"], []).append(case)
     assert {case.hidden for case in by_kind["large"]} == {True, False}
     for case in by_kind["large"] + by_kind["negative"]:
@@ -643,7 +644,7 @@ def test_the_projection_cases_tell_the_widths_apart():
         sizes = [(c.args["T"], c.args["D"], c.args["Dk"], c.args["Dv"]) for c in cases]
         assert any(len(set(s)) == 4 for s in sizes), task_id  # sqrt(D), sqrt(Dv), T differ
         assert any(len(set(s)) == 1 for s in sizes), task_id  # transpositions run
-    layers = checks.get_task("4.4").cases
+    layers = all_cases(checks.get_task("4.4"))
     assert {c.args["causal"] for c in layers if c.hidden} == {True, False}
     assert {c.args["causal"] for c in layers if not c.hidden} == {True, False}
 
@@ -734,7 +735,7 @@ def test_shapes_name_the_mistake_where_values_cannot():
         assert all("x @ w_q.T" in case.message for case in result.cases if case.status == "error")
     result = run_task("4.2", sdpa_k_not_transposed)
     assert [case.status for case in result.cases] == ["error", "error", "error", "failed",
-                                                      "error"]
+                                                      "error", "error", "error"]
     assert all("k.transpose(-2, -1)" in case.message for case in result.cases)
 
 
@@ -747,8 +748,12 @@ def test_a_transposition_right_only_for_3d_inputs_fails_the_other_layouts():
         assert four_d and all(case.status == "error" for case in four_d), func.__name__
         assert all(case.message.startswith("raised RuntimeError.") and "k.transpose(-2, -1)"
                    in case.message for case in four_d)
+    # the task promises any leading dims, and one public case is 4-D: it shows the mistake
     result = run_task("4.2", sdpa_transpose_1_2, hidden=True)
-    assert all(case.status == "passed" for case in result.cases if not case.hidden)
+    public = [case for case in result.cases if not case.hidden]
+    assert [case.name for case in public if case.status != "passed"] == [
+        "(B, H, T, S) inputs (any leading dims) with a (B, 1, 1, S) key-padding mask"]
+    assert "k.transpose(1, 2) is wrong for 4-D ones" in public[5].message
     unbatched = next(case for case in result.cases if "no batch dims" in case.name)
     assert unbatched.status == "error" and unbatched.message.startswith("raised IndexError.")
 
@@ -810,7 +815,7 @@ def test_a_crash_on_an_edge_case_costs_only_that_case():
 def test_exceptions_become_errors_with_hints():
     result = run_task("4.2", sdpa_if_mask)
     errors = [case for case in result.cases if case.status == "error"]
-    assert len(errors) == 3
+    assert len(errors) == 5
     assert all(case.message.startswith("raised RuntimeError: Boolean value of Tensor")
                and "'if mask is not None:'" in case.message for case in errors)
     assert all("\n" not in case.message for case in result.cases)
@@ -844,7 +849,7 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
 
 
 def test_the_square_subsequent_mask_is_forbidden_in_the_causal_mask():
-    from coursepkg.grading.worker import Tripwire
+    from coursepkg.checks.forbidden import Tripwire
 
     masks = Tripwire(checks.get_task("4.3"))
     helper = torch.nn.Transformer.generate_square_subsequent_mask

@@ -13,11 +13,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, check_output, forged_pairs, run_task
+from checks_support import Chapter, all_cases, check_output, forged_pairs, hidden_cases, run_task
 from torch import nn
 
 from coursepkg import checks
 from coursepkg import multihead as mh
+from coursepkg.checks import attention_mistakes as bank
 from coursepkg.checks import ch04_self_attention as ch04
 from coursepkg.checks import ch05_multihead as ch05
 from coursepkg.self_attention import scaled_dot_product_attention
@@ -399,7 +400,7 @@ CHAPTER = Chapter(
     allowed=("coursepkg.self_attention",),
     more_hints=frozenset(
         {ch04.HINT_PAIR_ORDER}
-        | {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in ch04._attention_mistakes()}
+        | {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in bank.attention_mistakes()}
         | {f"{ch05.HINT_MHA_SPLIT_WRONG} {hint}" for hint, _ in ch05._SPLIT_MISTAKES}
         | {f"{ch05.HINT_MHA_MERGE_WRONG} {hint}" for hint, _ in ch05._MERGE_MISTAKES}),
     wrong_types=(
@@ -450,7 +451,7 @@ def _width(task_id, case):
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_every_task_has_hidden_cases_of_one_head_and_of_heads_of_width_1(task_id):
     heads = [(case.args["H"], _width(task_id, case))
-             for case in checks.get_task(task_id).hidden_cases]
+             for case in hidden_cases(checks.get_task(task_id))]
     assert any(H == 1 for H, _ in heads)  # one head
     assert any(Dh == 1 for _, Dh in heads)  # heads of width 1
 
@@ -464,23 +465,23 @@ def test_the_reshape_cases_let_wrong_axes_keep_the_shape():
                    and c.args["H"] > 1 for c in cases), task_id
         assert any(len({c.args["B"], c.args["T"], c.args["H"], _width(task_id, c)}) == 4
                    for c in cases), task_id
-        layouts = {c.args["layout"] for c in checks.get_task(task_id).hidden_cases}
+        layouts = {c.args["layout"] for c in hidden_cases(checks.get_task(task_id))}
         assert layouts == {"contiguous", "transposed"}
 
 
 def test_a_non_contiguous_input_is_really_one():
     for task_id in ("5.1", "5.2"):
         task = checks.get_task(task_id)
-        for case in task.cases:
+        for case in all_cases(task):
             x = task.build_args(case.args)[0]
             assert x.is_contiguous() == (case.args["layout"] == "contiguous"), case.name
 
 
 def test_the_attention_cases_cover_masks_layouts_and_widths():
     task = checks.get_task("5.3")
-    public, hidden = task.public_cases, task.hidden_cases
+    public, hidden = task.public_cases, hidden_cases(task)
     ranks = set()
-    for case in task.cases:
+    for case in all_cases(task):
         query, key, value, w_in, b_in, w_out, b_out, H, mask = _inputs("5.3", case)
         B, T, D = query.shape
         S = key.shape[1]
@@ -503,7 +504,7 @@ def test_the_attention_cases_cover_masks_layouts_and_widths():
         assert any(not c.args["bias"] for c in cases)
         assert {c.args["mask"] is None for c in cases} == {True, False}
     assert all(c.args["H"] > 1 for c in public)
-    three_d = [c for c in task.cases if _inputs("5.3", c)[-1] is not None
+    three_d = [c for c in all_cases(task) if _inputs("5.3", c)[-1] is not None
                and _inputs("5.3", c)[-1].dim() == 3]
     assert {(c.hidden, c.args["B"] == c.args["H"]) for c in three_d} == {(False, True),
                                                                          (True, False)}
@@ -525,7 +526,7 @@ def test_inputs_are_reproducible_and_fresh():
 def test_references_agree_with_torch():
     """The reference of 5.3 equals torch.nn.MultiheadAttention with the same weights (torch's
     masks are True = NOT allowed; a (B, T, S) mask is repeated for each head)."""
-    for case in checks.get_task("5.3").cases:
+    for case in all_cases(checks.get_task("5.3")):
         args = checks.get_task("5.3").build_args({**case.args, "dtype": "float64"})
         query, key, value, w_in, b_in, w_out, b_out, H, mask = (
             args if len(args) == 9 else (*args, None))
@@ -547,7 +548,7 @@ def test_references_agree_with_torch():
         out, weights = ch05.multi_head_attention(*args)
         torch.testing.assert_close(out, expected_out)
         torch.testing.assert_close(weights, expected_weights)
-    for case in checks.get_task("5.1").cases:
+    for case in all_cases(checks.get_task("5.1")):
         x, H = checks.get_task("5.1").build_args(case.args)
         heads = ch05.split_heads(x, H)
         D = x.shape[-1]
@@ -589,7 +590,7 @@ def test_the_view_mistake_fails_only_where_the_memory_is_out_of_order():
             assert case.message.startswith("raised RuntimeError")
             assert ".reshape(B, T, H * Dh)" in case.message and ".contiguous()" in case.message
     task = checks.get_task("5.2")
-    works = {c.name for c in task.cases
+    works = {c.name for c in all_cases(task)
              if c.args["layout"] == "transposed" or c.args["H"] == 1 or c.args["Dh"] == 1}
     assert {name for name, case in by_name.items() if case.status == "passed"} == works
     public = run_task("5.2", merge_view)
@@ -617,7 +618,7 @@ def test_the_mask_mistakes_show_only_where_they_matter():
                         "hidden: a (B, T, S) mask with B != H"}
     assert bad["hidden: a (B, T, S) mask with B != H"].status == "error"
     result = run_task("5.3", mha_torch_mask_convention, hidden=True)
-    masked = [c.args["mask"] is not None for c in checks.get_task("5.3").cases]
+    masked = [c.args["mask"] is not None for c in all_cases(checks.get_task("5.3"))]
     assert [case.status == "passed" for case in result.cases] == [not m for m in masked]
 
 
@@ -628,7 +629,7 @@ def test_chunk_orders_and_biases_show_in_every_case_they_can():
     for func in (mha_no_in_bias, mha_no_out_bias):
         result = run_task("5.3", func, hidden=True)
         assert [case.status == "passed" for case in result.cases] == [
-            not c.args["bias"] for c in task.cases]
+            not c.args["bias"] for c in all_cases(task)]
 
 
 def test_one_head_and_heads_of_width_1_are_the_edge_cases_they_should_be():

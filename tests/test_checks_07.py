@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, check_output, run_task
+from checks_support import Chapter, all_cases, check_output, hidden_cases, run_task
 from torch import nn
 
 from coursepkg import checks, lm
@@ -400,13 +400,23 @@ decoder_norms_shifted = _named(_decoder_with(norms=(1, 2, 0)), "decoder_norms_sh
 
 def decoder_torch_square_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
                               memory_mask=None):
-    """torch's float mask (-inf above the diagonal) passed as it is."""
-    mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+    """torch's float mask (-inf above the diagonal, what nn.Transformer's
+    generate_square_subsequent_mask returns, built here by hand) passed as it is."""
+    T = x.shape[1]
+    mask = torch.full((T, T), float("-inf")).triu(1)
     h = norm1(x)
     x = x + self_attn(h, h, h, mask)[0]
     h = norm2(x)
     x = x + cross_attn(h, memory, memory, memory_mask)[0]
     return x + ff(norm3(x))
+
+
+def decoder_square_subsequent_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
+                                   memory_mask=None):
+    """torch's helper called for the mask: forbidden in the task."""
+    mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+    return decoder_torch_square_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
+                                     memory_mask) + 0 * mask.sum()
 
 
 def _sample_with(*, crop="last", position=-1, temper="divide", keep="right", greedy=False,
@@ -522,7 +532,7 @@ WRONG = {
         (block_norm_inside, ch07.HINT_NORM_INSIDE),
         (block_norms_swapped, ch07.HINT_NORMS_SWAPPED),
         (block_one_norm, ch07.HINT_ONE_NORM),
-        (block_ignores_mask, ch07.HINT_MASK_IGNORED),
+        (block_ignores_mask, ch07.HINT_MASK_NOT_PASSED),
         (block_parallel, ch07.HINT_FF_READS_INPUT),
         (block_normalised_residual, ch07.HINT_RESIDUAL_NORMALISED),
         (block_pre_norm_overwrites_x, ch07.HINT_RESIDUAL_NORMALISED),
@@ -531,8 +541,8 @@ WRONG = {
     ],
     "7.3": [
         (decoder_not_causal, ch07.HINT_NO_CAUSAL),
-        (decoder_hides_the_diagonal, ch07.HINT_CAUSAL_STRICT),
-        (decoder_torch_mask, ch07.HINT_CAUSAL_TORCH),
+        (decoder_hides_the_diagonal, ch07.HINT_CAUSAL_DIAGONAL),
+        (decoder_torch_mask, ch07.HINT_CAUSAL_INVERTED),
         (decoder_torch_square_mask, "True = may attend"),
         (decoder_kv_from_decoder, ch07.HINT_KV_FROM_DECODER),
         (decoder_values_from_decoder, ch07.HINT_KV_FROM_DECODER),
@@ -589,7 +599,7 @@ CHAPTER = Chapter(
     failure_reports=(
         ("7.2", block_ignores_mask, "Task 7.2 encoder_block: 2/4 points",
          ("  FAIL  [0/1] pre-norm with a causal mask (T, T): a GPT block: "
-          + ch07.HINT_MASK_IGNORED,)),
+          + ch07.HINT_MASK_NOT_PASSED,)),
         ("7.3", decoder_not_causal, "Task 7.3 decoder_block: 0/4 points", ()),
         ("7.4", sample_temperature_multiplied, "Task 7.4 sample: 2/5 points",
          (ch07.HINT_TEMPERATURE_MULTIPLIED,)),
@@ -638,7 +648,7 @@ def _inputs(task_id, case):
 
 def test_the_edge_cases_are_there():
     def hidden(task_id):
-        return [case.args for case in checks.get_task(task_id).hidden_cases]
+        return [case.args for case in hidden_cases(checks.get_task(task_id))]
 
     assert any(math.prod(a["lead"]) == 1 for a in hidden("7.1"))
     assert any(a["F"] < a["D"] for a in hidden("7.1"))
@@ -718,7 +728,7 @@ def test_the_norms_and_sublayers_are_distinct_and_seeded():
 def test_references_agree_with_torch():
     """7.2 and 7.3's references equal torch's layers holding the same weights (post-norm and
     pre-norm; torch's masks are True = NOT allowed); 7.1's the formula; 7.4's a hand loop."""
-    for case in checks.get_task("7.2").cases:
+    for case in all_cases(checks.get_task("7.2")):
         x, self_attn, ff, norm1, norm2, norm_first, mask = _inputs(
             "7.2", type(case)(case.name, 1, {**case.args, "dtype": "float64"}))
         D, H = x.shape[-1], self_attn.n_heads
@@ -745,7 +755,7 @@ def test_references_agree_with_torch():
             expected = ref(x, src_mask=torch_mask)
         torch.testing.assert_close(ch07.encoder_block(x, self_attn, ff, norm1, norm2,
                                                       norm_first, mask), expected)
-    for case in checks.get_task("7.3").cases:
+    for case in all_cases(checks.get_task("7.3")):
         args = _inputs("7.3", type(case)(case.name, 1, {**case.args, "dtype": "float64"}))
         x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3, memory_mask = args
         D, H = x.shape[-1], self_attn.n_heads
@@ -766,12 +776,12 @@ def test_references_agree_with_torch():
             expected = ref(x, memory, tgt_mask=~torch.ones(T, T, dtype=torch.bool).tril(),
                            memory_key_padding_mask=padding)
         torch.testing.assert_close(ch07.decoder_block(*args), expected)
-    for case in checks.get_task("7.1").cases:
+    for case in all_cases(checks.get_task("7.1")):
         x, w1, b1, w2, b2, activation = _inputs("7.1", case)
         act = {"relu": torch.relu, "gelu": F.gelu}[activation]
         torch.testing.assert_close(ch07.feed_forward(x, w1, b1, w2, b2, activation),
                                    act(x @ w1.T + b1) @ w2.T + b2)
-    for case in checks.get_task("7.4").cases:
+    for case in all_cases(checks.get_task("7.4")):
         assert torch.equal(ch07.sample(*_inputs("7.4", case)), sample(*_inputs("7.4", case)))
 
 
@@ -783,7 +793,7 @@ def test_references_agree_with_torch():
 def test_the_sampler_is_checked_against_the_package():
     """The reference is coursepkg.lm.generate: the same draws whatever the model's mode."""
     task = checks.get_task("7.4")
-    for case in task.cases:
+    for case in all_cases(task):
         model, idx, n, block_size, temperature, top_k, draws = _inputs("7.4", case)
         model.train()
         got = lm.generate(model, idx, n, temperature=temperature, top_k=top_k,
@@ -805,7 +815,7 @@ def test_the_variant_mistakes_show_in_every_case():
     for func, pre in ((block_always_post, True), (block_always_pre, False)):
         result = run_task("7.2", func, hidden=True)
         assert [c.status == "passed" for c in result.cases] == [
-            case.args["norm_first"] != pre for case in task.cases]
+            case.args["norm_first"] != pre for case in all_cases(task)]
     for func in (block_no_attention_residual, block_no_ff_residual, block_never_normalises,
                  block_norms_swapped):
         assert run_task("7.2", func, hidden=True).points == 0, func.__name__
@@ -820,7 +830,7 @@ def test_the_residual_of_the_normalised_input_is_a_pre_norm_mistake_only():
     result = run_task("7.2", block_pre_norm_overwrites_x, hidden=True)
     task = checks.get_task("7.2")
     assert [c.status == "passed" for c in result.cases] == [
-        not case.args["norm_first"] for case in task.cases]
+        not case.args["norm_first"] for case in all_cases(task)]
     for case in result.cases:
         assert case.status == "passed" or case.message.startswith(
             ch07.HINT_RESIDUAL_NORMALISED)
@@ -832,7 +842,7 @@ def test_the_mask_mistakes_show_only_where_there_is_a_mask():
         result = run_task(task_id, func, hidden=True)
         task = checks.get_task(task_id)
         assert [c.status == "passed" for c in result.cases] == [
-            case.args[key] is None for case in task.cases], func.__name__
+            case.args[key] is None for case in all_cases(task)], func.__name__
 
 
 def test_the_decoder_sources_are_named_where_the_shapes_let_them_run():
@@ -863,7 +873,7 @@ def test_the_hidden_diagonal_gives_nan_and_is_named():
     plain = checks.student_output(task, case, decoder_hides_the_diagonal)
     assert any(math.isnan(v) for v in plain["data"])
     result = checks.grade_output(task, case, json.loads(json.dumps(plain)))
-    assert result.message.startswith(ch07.HINT_CAUSAL_STRICT)
+    assert result.message.startswith(ch07.HINT_CAUSAL_DIAGONAL)
 
 
 def test_an_uncropped_context_fails_loudly_or_is_named():
@@ -871,7 +881,7 @@ def test_an_uncropped_context_fails_loudly_or_is_named():
     hint says to crop); with sinusoidal positions it runs and the tokens name the mistake."""
     task = checks.get_task("7.4")
     result = run_task("7.4", sample_not_cropped, hidden=True)
-    for case, res in zip(task.cases, result.cases, strict=True):
+    for case, res in zip(all_cases(task), result.cases, strict=True):
         grows = case.args["T"] + case.args["new"] - 1 > case.args["block_size"]
         if not grows:
             assert res.status == "passed", case.name
@@ -883,32 +893,45 @@ def test_an_uncropped_context_fails_loudly_or_is_named():
             assert res.message.startswith(ch07.HINT_NOT_CROPPED), case.name
 
 
+def _shows_only_where_it_matters(result, matters, name):
+    """A sampling mistake passes every case where it does not matter; it fails every public
+    case where it does, and the hidden ones where it does as a whole (a hidden case's draws,
+    from the secret, may happen to give the same tokens with and without the mistake)."""
+    hidden_relevant = []
+    for case, res in zip(all_cases(checks.get_task("7.4")), result.cases, strict=True):
+        relevant = bool(matters(case.args))
+        if not relevant:
+            assert res.status == "passed", (name, case.name)
+        elif case.hidden:
+            hidden_relevant.append(res.status != "passed")
+        else:
+            assert res.status != "passed", (name, case.name)
+    assert not hidden_relevant or any(hidden_relevant), name
+
+
 def test_the_temperature_mistakes_show_only_where_the_temperature_matters():
     task = checks.get_task("7.4")
     for func in (sample_temperature_after_softmax, sample_temperature_multiplied):
-        result = run_task("7.4", func, hidden=True)
-        for case, res in zip(task.cases, result.cases, strict=True):
-            irrelevant = case.args["temperature"] in (0.0, 1.0) or case.args["top_k"] == 1
-            assert (res.status == "passed") == irrelevant, (func.__name__, case.name)
+        _shows_only_where_it_matters(
+            run_task("7.4", func, hidden=True),
+            lambda args: args["temperature"] not in (0.0, 1.0) and args["top_k"] != 1,
+            func.__name__)
     result = run_task("7.4", sample_divides_by_zero, hidden=True)
-    for case, res in zip(task.cases, result.cases, strict=True):
+    for case, res in zip(all_cases(task), result.cases, strict=True):
         assert (res.status == "error") == (case.args["temperature"] == 0), case.name
 
 
 def test_the_top_k_mistakes_show_only_where_top_k_matters():
-    task = checks.get_task("7.4")
-    result = run_task("7.4", sample_ignores_top_k, hidden=True)
-    for case, res in zip(task.cases, result.cases, strict=True):
-        matters = case.args["top_k"] not in (None, case.args["V"]) and case.args["temperature"]
-        assert (res.status == "passed") == (not matters), case.name
+    _shows_only_where_it_matters(
+        run_task("7.4", sample_ignores_top_k, hidden=True),
+        lambda args: args["top_k"] not in (None, args["V"]) and args["temperature"],
+        "sample_ignores_top_k")
 
 
 def test_greedy_decoding_is_right_only_at_temperature_0_or_top_k_1():
-    task = checks.get_task("7.4")
-    result = run_task("7.4", sample_greedy, hidden=True)
-    for case, res in zip(task.cases, result.cases, strict=True):
-        greedy = case.args["temperature"] == 0 or case.args["top_k"] == 1
-        assert (res.status == "passed") == greedy, case.name
+    _shows_only_where_it_matters(
+        run_task("7.4", sample_greedy, hidden=True),
+        lambda args: not (args["temperature"] == 0 or args["top_k"] == 1), "sample_greedy")
 
 
 def test_public_failures_show_the_specifics():
@@ -990,7 +1013,7 @@ def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
 
 @pytest.mark.parametrize("task_id", ("7.1", "7.2", "7.3"))
 def test_the_blocks_may_not_use_the_packages_or_torchs_layers(task_id):
-    from coursepkg.grading.worker import Tripwire
+    from coursepkg.checks.forbidden import Tripwire
 
     task = checks.get_task(task_id)
     for name in ("coursepkg.transformer", "torch.nn.TransformerEncoderLayer",
@@ -1006,7 +1029,7 @@ def test_the_blocks_may_not_use_the_packages_or_torchs_layers(task_id):
 
 
 def test_the_sampler_may_call_the_model():
-    from coursepkg.grading.worker import Tripwire
+    from coursepkg.checks.forbidden import Tripwire
 
     assert Tripwire(checks.get_task("7.4")).forbidden_callable(tf.TransformerLM.forward) is None
 
@@ -1016,7 +1039,6 @@ def test_the_student_may_call_the_modules_it_is_given():
     7.4 a coursepkg.transformer.TransformerLM: the tripwire lets the student's function call
     them, and refuses the package's layers and sampler. (The grader builds the arguments
     inside the tripwire too, from the trusted checks; the demo grading tests cover that.)"""
-    from coursepkg.grading.worker import Tripwire
 
     def package_sampler(model, idx, n, block_size, temperature=1.0, top_k=None,
                         generator=None):
@@ -1030,23 +1052,17 @@ def test_the_student_may_call_the_modules_it_is_given():
 
     for task_id, func, shortcut, called in (
         ("7.2", block_functional, package_block, "coursepkg.transformer"),
-        ("7.3", decoder_package_mask, decoder_torch_square_mask,
-         "torch.nn.Transformer"),
+        ("7.3", decoder_package_mask, decoder_square_subsequent_mask, "torch.nn.Transformer"),
         ("7.4", sample, package_sampler, "coursepkg.lm"),
     ):
         task = checks.get_task(task_id)
-        tripwire = Tripwire(task)
-        args = task.build_args(task.cases[1].args)
-        with tripwire:
-            func(*args)
-        assert tripwire.hit is None, task_id
-        args = task.build_args(task.cases[1].args)
-        with tripwire:
-            try:
-                shortcut(*args)
-            except Exception:  # the float mask fails later: the call was made anyway
-                pass
-        assert tripwire.hit == called, task_id
+        case = task.cases[1]
+        result = checks.evaluate_case(task, case, func, tripwire=checks.tripwire_for(task))
+        assert result.status == "passed", task_id
+        # the float mask fails later: the call was made anyway
+        result = checks.evaluate_case(task, case, shortcut, tripwire=checks.tripwire_for(task))
+        assert result.status == "failed", task_id
+        assert result.message.startswith(f"forbidden: you called {called},"), result.message
 
 
 # ---------------------------------------------------------------------------------------------

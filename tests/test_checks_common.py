@@ -5,34 +5,38 @@ The checks are graded code too: every task must give full marks (public and hidd
 correct implementations, take points from the known wrong ones with the hint that names their
 mistake, never leak hidden data, and not be fooled by whatever a student hands it; ``check``
 must print and never raise. What only one chapter's checks do is tested in its own module.
+
+The chapters are those of ``coursepkg.course.CHAPTERS``: a chapter listed there without its test
+module ``test_checks_NN.py`` fails the collection of this file.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import re
 
 import pytest
-import test_checks_01
-import test_checks_02
-import test_checks_03
-import test_checks_04
-import test_checks_05
-import test_checks_06
-import test_checks_07
 import torch
-from checks_support import AlwaysEqual, check_output, leaky, run_task, strip_raised
+from checks_support import (
+    TEST_SECRET,
+    AlwaysEqual,
+    all_cases,
+    check_output,
+    hidden_cases,
+    leaky,
+    run_task,
+    strip_raised,
+)
 from torch import nn
 
-from coursepkg import checks
+from coursepkg import checks, course
 from coursepkg.checks import core
-from coursepkg.grading.worker import Tripwire
 
-CHAPTERS = [module.CHAPTER for module in (test_checks_01, test_checks_02, test_checks_03,
-                                          test_checks_04, test_checks_05, test_checks_06,
-                                          test_checks_07)]
+CHAPTERS = [importlib.import_module(f"test_checks_{chapter.number:02d}").CHAPTER
+            for chapter in course.CHAPTERS]
 #: Task id -> its chapter.
 CHAPTER_OF = {task_id: chapter for chapter in CHAPTERS for task_id in chapter.tasks}
 TASK_IDS = list(CHAPTER_OF)
@@ -62,6 +66,12 @@ ignore_x_T = pytest.mark.filterwarnings("ignore:The use of `x.T`")
 # ---------------------------------------------------------------------------------------------
 
 
+def test_the_chapters_are_the_course_s():
+    assert [chapter.assignment for chapter in CHAPTERS] == [ch.stem for ch in course.CHAPTERS]
+    assert {task.assignment for task in checks.TASKS.values()} == {
+        ch.stem for ch in course.CHAPTERS}
+
+
 @each_chapter
 def test_the_tasks_are_registered_in_order(chapter):
     tasks = checks.tasks_for(chapter.assignment)
@@ -79,13 +89,15 @@ def test_the_tasks_are_registered_in_order(chapter):
 def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
     chapter, task = CHAPTER_OF[task_id], checks.get_task(task_id)
     assert len(task.public_cases) >= chapter.min_public
-    assert len(task.hidden_cases) >= chapter.min_hidden
-    assert all(case.points > 0 for case in task.cases)
+    assert len(hidden_cases(task)) == len(task.hidden) >= chapter.min_hidden
+    cases = all_cases(task)
+    assert all(case.points > 0 for case in cases)
     low, high = chapter.public_points
     assert low <= task.max_points(public_only=True) <= high
-    assert task.max_points() == sum(case.points for case in task.cases)
-    assert len({case.name for case in task.cases}) == len(task.cases)
-    assert all(case.name.startswith("hidden:") for case in task.hidden_cases)
+    assert task.max_points() == sum(case.points for case in cases)
+    assert len({case.name for case in cases}) == len(cases)
+    assert all(case.name.startswith("hidden:") for case in hidden_cases(task))
+    assert not any(case.hidden for case in task.cases)
     for name in chapter.forbidden:
         assert name in task.forbidden
     for package in chapter.allowed:
@@ -95,7 +107,7 @@ def test_every_task_has_public_and_hidden_cases_worth_points(task_id):
 @each_task
 def test_every_case_args_are_plain_json(task_id):
     task = checks.get_task(task_id)
-    for case in task.cases:
+    for case in all_cases(task):
         assert checks.plain_problem(case.args) is None, case.name
         assert json.loads(json.dumps(case.args)) == case.args, case.name
         expected = task.to_plain(task.reference(*task.build_args(case.args)))
@@ -109,13 +121,26 @@ def test_every_case_args_are_plain_json(task_id):
 def test_hidden_cases_differ_from_the_public_ones(task_id):
     chapter, task = CHAPTER_OF[task_id], checks.get_task(task_id)
     public = [case.args for case in task.public_cases]
-    for case in task.hidden_cases:
+    for case in hidden_cases(task):
         assert case.args not in public
         if chapter.is_seeded(task_id):
             assert case.args["seed"] not in {args["seed"] for args in public}
     if chapter.is_typed(task_id):
-        assert {case.args["dtype"] for case in task.hidden_cases} == {"float32", "float64"}
+        assert {case.args["dtype"] for case in hidden_cases(task)} == {"float32", "float64"}
         assert all(case.args["dtype"] == "float32" for case in task.public_cases)
+
+
+@each_task
+def test_hidden_cases_come_from_the_secret_alone(task_id):
+    """The package holds no hidden case: without the secret there are none, the same secret
+    makes the same ones, and another secret other ones (same names and points)."""
+    task = checks.get_task(task_id)
+    assert checks.grading_cases(task, None) == task.public_cases
+    again = checks.grading_cases(task, TEST_SECRET)
+    assert again == all_cases(task)
+    other = [case for case in checks.grading_cases(task, TEST_SECRET[::-1]) if case.hidden]
+    assert [(c.name, c.points) for c in other] == [(c.name, c.points) for c in hidden_cases(task)]
+    assert [c.args for c in other] != [c.args for c in hidden_cases(task)]
 
 
 def _listed(case):
@@ -125,9 +150,9 @@ def _listed(case):
 
 @pytest.mark.parametrize(
     "task_id", [task_id for task_id in TASK_IDS
-                if any(_listed(case) for case in checks.get_task(task_id).hidden_cases)])
+                if any(_listed(case) for case in hidden_cases(checks.get_task(task_id)))])
 def test_hidden_case_names_do_not_show_data(task_id):
-    for case in checks.get_task(task_id).hidden_cases:
+    for case in hidden_cases(checks.get_task(task_id)):
         for value in _listed(case):
             assert repr(value) not in case.name
             assert json.dumps(value) not in case.name
@@ -288,7 +313,7 @@ def test_nan_and_inf_never_pass(task_id):
     scores, and the feedback says what is wrong with it."""
     chapter, task = CHAPTER_OF[task_id], checks.get_task(task_id)
     reference = chapter.correct[task_id][0]
-    for n, case in enumerate(task.cases):
+    for n, case in enumerate(all_cases(task)):
         right = reference(*task.build_args(case.args))
         parts = _float_parts(right)
         assert parts
@@ -339,17 +364,35 @@ def _vandalise(value):
 @pytest.mark.parametrize(
     "task_id", [task_id for task_id in TASK_IDS
                 if task_id not in CHAPTER_OF[task_id].scalar_inputs])
-def test_a_function_that_mutates_its_inputs_cannot_change_the_expected_value(task_id):
-    reference = CHAPTER_OF[task_id].correct[task_id][0]
+def test_a_function_that_changes_its_inputs_fails_and_cannot_change_the_expected_value(task_id):
+    """Inputs are sacred: a function that changes them (here all of them, after computing the
+    right answer) fails every case, the public ones naming an input by the function's own
+    parameter name; and what it did to them never reaches the expected value."""
+    task, correct = checks.get_task(task_id), CHAPTER_OF[task_id].correct[task_id][-1]
+    reference = task.reference
     changed = []
 
     def mutating(*args):
-        result = _detached(reference(*args))
+        result = _detached(correct(*args))
         changed.append(sum(_vandalise(arg) for arg in args))
         return result
 
-    assert run_task(task_id, mutating, hidden=True).status == "passed"
-    assert all(changed)
+    result = run_task(task_id, mutating, hidden=True)
+    assert all(changed) and result.points == 0
+    assert {case.status for case in result.cases} == {"failed"}
+    for case in result.cases:
+        assert case.message.endswith("The grader gives 0 for this."), case.message
+        if case.hidden:
+            assert case.message == core._HIDDEN_INPUT_CHANGED
+        else:
+            assert case.message.startswith("Your function changed its input args["), case.message
+    for case in all_cases(task):
+        right = task.to_plain(reference(*task.build_args(case.args)))
+        try:
+            checks.student_output(task, case, mutating)
+        except checks.InputChangedError:
+            pass
+        assert checks.grade_output(task, case, right).status == "passed", case.name
 
 
 @each_task
@@ -362,7 +405,7 @@ def test_objects_that_claim_equality_do_not_pass(task_id):
 @each_task
 def test_the_forbidden_calls_resolve_to_real_objects(task_id):
     chapter, task = CHAPTER_OF[task_id], checks.get_task(task_id)
-    tripwire = Tripwire(task)
+    tripwire = checks.tripwire_for(task)
     assert chapter.package in tripwire.prefixes
     assert tripwire.forbidden_callable(task.reference) == (
         f"the course's reference solution of task {task_id}")
@@ -383,6 +426,7 @@ def _allowed_hidden_messages(chapter, task):
     hints |= chapter.more_hints
     hints |= set(task.error_hints.values()) | set(core._DEFAULT_ERROR_HINTS.values())
     hints.add(core._UNKNOWN_ERROR_HINT)
+    hints |= {core.forbidden_result(task.cases[0], name).message for name in task.forbidden}
     hints |= {
         "The function still raises NotImplementedError.",
         "The function returned a value of the wrong type (see the public tests).",
@@ -401,10 +445,10 @@ def test_hidden_messages_are_hints_only(task_id):
     funcs += [lambda *a: AlwaysEqual(), lambda *a: [1, 2], lambda *a: None]
     funcs += chapter.more_hidden_funcs
     expected = {case.name: task.to_plain(task.reference(*task.build_args(case.args)))
-                for case in task.hidden_cases}
+                for case in hidden_cases(task)}
     for func in funcs:
         result = run_task(task_id, func, hidden=True)
-        for case_result, case in zip(result.cases, task.cases, strict=True):
+        for case_result, case in zip(result.cases, all_cases(task), strict=True):
             if not case.hidden or case_result.status == "passed":
                 continue
             message = case_result.message
@@ -427,8 +471,10 @@ def test_student_half_and_trusted_half_through_json_equal_evaluate_case(task_id)
     chapter, task = CHAPTER_OF[task_id], checks.get_task(task_id)
     for func in [chapter.correct[task_id][-1]] + [func for func, _ in chapter.wrong[task_id][:4]]:
         # run_task evaluates each case with checks.evaluate_case
-        for case, direct in zip(task.cases, run_task(task_id, func, hidden=True).cases,
+        for case, direct in zip(all_cases(task), run_task(task_id, func, hidden=True).cases,
                                 strict=True):
+            if direct.message.startswith("forbidden: "):
+                continue  # the worker's tripwire decides that (test_grading_*.py)
             try:
                 plain = checks.student_output(task, case, func)
             except Exception as exc:
@@ -469,9 +515,23 @@ def test_check_reports_full_marks_and_leaves_the_global_random_state_alone(capsy
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    for func in chapter.correct[task_id]:  # some references build modules
+    for func in chapter.correct[task_id][1:]:  # the checks build modules for some
         assert check_output(capsys, task_id, func) == "\n".join(lines) + "\n", func
     assert torch.equal(torch.rand(3), expected)
+
+
+@each_task
+def test_check_refuses_the_course_s_own_reference_as_the_grader_does(capsys, task_id):
+    """The reference solution is forbidden: the check cell fails it on every case and says that
+    the grader gives 0 for it."""
+    func_name, public, _ = CHAPTER_OF[task_id].tasks[task_id]
+    out = check_output(capsys, task_id, checks.get_task(task_id).reference)
+    assert out.startswith(f"Task {task_id} {func_name}: 0/{public} points\n")
+    lines = out.splitlines()[1:-1]
+    assert len(lines) == len(checks.get_task(task_id).public_cases)
+    assert all(line.startswith("  FAIL") and "forbidden: you called the course's reference "
+               f"solution of task {task_id}" in line and "the grader gives 0" in line
+               for line in lines), out
 
 
 @each_chapter

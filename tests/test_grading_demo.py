@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from checks_support import TEST_SECRET
 
 from coursepkg.checks import tasks_for
 from coursepkg.grading.demo import PLANTED, write_demo
@@ -258,7 +259,8 @@ def test_chapter_5_library_shortcuts_are_refused_task_by_task(tmp_path):
         nb.cells = [nbformat.v4.new_code_cell(source)]
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     rows = grade("05_multihead", [tmp_path / f"{name}.ipynb" for name in CHAPTER_5_SHORTCUTS],
-                 tmp_path / "out", jobs=1, limits=Limits(timeout=20), progress=False)
+                 tmp_path / "out", jobs=1, limits=Limits(timeout=20), progress=False,
+                 secret=TEST_SECRET)
     tasks = {found.student: {t["func_name"]: t for t in record["tasks"]}
              for found, record in rows}
     for student, func_name, called in [
@@ -385,7 +387,7 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     assert set(expected) == set(PLANTED[assignment])
     write_demo(assignment, ROOT, tmp_path / "subs")
     rows = grade(assignment, [tmp_path / "subs"], tmp_path / "out", jobs=2,
-                 limits=Limits(timeout=20), progress=False)
+                 limits=Limits(timeout=20), progress=False, secret=TEST_SECRET)
     records = {found.student: record for found, record in rows}
     assert set(records) == {"sol-full-marks", "ed-untouched", *expected}
     tasks = tasks_for(assignment)
@@ -463,7 +465,7 @@ def test_library_shortcuts_are_refused_task_by_task(assignment, tmp_path):
     nb.cells = [nbformat.v4.new_code_cell(source)]
     nbformat.write(nb, tmp_path / "shortcuts.ipynb")
     rows = grade(assignment, [tmp_path / "shortcuts.ipynb"], tmp_path / "out", jobs=2,
-                 limits=Limits(timeout=20), progress=False)
+                 limits=Limits(timeout=20), progress=False, secret=TEST_SECRET)
     tasks = {t["func_name"]: t for t in rows[0][1]["tasks"]}
     for func_name, called in refused:
         assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from checks_support import TEST_SECRET
 
+from coursepkg.checks import get_task, tasks_for
+from coursepkg.checks.core import grading_cases, write_secret
 from coursepkg.grading.grader import grade
 from coursepkg.grading.sandbox import Limits, can_isolate
 
@@ -250,6 +253,7 @@ def test_isolation_in_force_is_recorded(graded):
     assert {"memory", "cpu", "file size"} <= set(isolation["limits"])
     if can_isolate():
         assert isolation["network"] and isolation["filesystem"] and isolation["user"]
+        assert isolation["tmp"] == "tmpfs"
 
 
 def test_regrading_is_cached_and_byte_identical(graded, tmp_path):
@@ -349,10 +353,15 @@ def test_gradescope_mode_writes_results_json(tmp_path, capsys):
         (ROOT / "solutions" / "01_ngrams.ipynb").read_bytes()
     )
     results = tmp_path / "autograder" / "results" / "results.json"
+    secret = tmp_path / "autograder" / "source" / "secret"
+    secret.parent.mkdir(parents=True)
+    write_secret(secret, TEST_SECRET)
     code = main(
         [
             "grade",
             "01_ngrams",
+            "--secret",
+            str(secret),
             "--gradescope",
             "--gradescope-submission",
             str(submission),
@@ -364,22 +373,35 @@ def test_gradescope_mode_writes_results_json(tmp_path, capsys):
     )
     assert code == 0
     result = json.loads(results.read_text())
-    assert result["score"] == result["max_score"] == 30
+    most = sum(c.points for t in tasks_for("01_ngrams") for c in grading_cases(t, TEST_SECRET))
+    assert result["score"] == result["max_score"] == most
     visibilities = {t["visibility"] for t in result["tests"]}
     assert visibilities == {"visible", "after_published"}
 
 
-def test_without_privileges_the_limits_still_hold(tmp_path):
-    """What runs when the grader is not root: no namespaces or user, but limits and timeout."""
-    from coursepkg.grading.sandbox import run_in_child
+def one_case(code: str, task_id: str = "1.1") -> dict:
+    """A request for the first public case of a task."""
+    args = get_task(task_id).cases[0].args
+    return {"code": code, "task": task_id, "cases": [{"index": 0, "args": args}]}
 
-    request = {"code": HOSTILE["membomb"], "task": "1.1", "cases": [0]}
-    outcome = run_in_child(request, Limits(timeout=5, memory_mb=512), str(tmp_path), [], None)
+
+def test_without_privileges_the_limits_still_hold(tmp_path):
+    """What runs when the grader is not root: no namespaces or user, but limits and timeout,
+    and a temporary folder of its own."""
+    from coursepkg.grading.sandbox import run_in_child
+    from coursepkg.grading.worker import child_main
+
+    request = one_case(HOSTILE["membomb"])
+    outcome = run_in_child(
+        child_main, request, Limits(timeout=5, memory_mb=512), str(tmp_path), [], None
+    )
     assert outcome.isolation["user"] is False and outcome.isolation["network"] is False
+    assert outcome.isolation["tmp"] == "folder"
     assert "memory" in outcome.isolation["limits"]
     assert outcome.messages[0]["exc"] == "MemoryError"
-    request = {"code": HOSTILE["loop"], "task": "1.1", "cases": [0]}
-    outcome = run_in_child(request, Limits(timeout=1.5), str(tmp_path), [], None)
+    outcome = run_in_child(
+        child_main, one_case(HOSTILE["loop"]), Limits(timeout=1.5), str(tmp_path), [], None
+    )
     assert outcome.ended == "timeout" and outcome.messages == []
 
 
@@ -415,7 +437,8 @@ def test_two_graders_at_once_do_not_disturb_each_other(tmp_path):
     assert [run.wait(timeout=120) for run in runs] == [0, 0]
     for k in range(2):
         rows = {r["student"]: r for r in csv.DictReader((tmp_path / f"out{k}/grades.csv").open())}
-        assert [rows[f"good{i}"]["1.1 count_ngrams"] for i in range(3)] == ["8"] * 3
+        public = f"{sum(case.points for case in get_task('1.1').cases):g}"  # no --secret
+        assert [rows[f"good{i}"]["1.1 count_ngrams"] for i in range(3)] == [public] * 3
         assert rows["bomb"]["1.1 count_ngrams"] == "0"
 
 
@@ -491,9 +514,10 @@ def test_no_process_of_a_child_outlives_its_task(tmp_path):
     well-behaved child there is nothing to kill (and no fork of the grader is spent on it)."""
     from coursepkg.grading import sandbox
     from coursepkg.grading.grader import slot_uids
+    from coursepkg.grading.worker import child_main
 
     (uid,) = slot_uids(1)
-    request = {"code": ESCAPING_DAEMON, "task": "1.1", "cases": [0]}
+    request = one_case(ESCAPING_DAEMON)
     workdir = tmp_path / "work"
     workdir.mkdir()
     import os
@@ -503,12 +527,14 @@ def test_no_process_of_a_child_outlives_its_task(tmp_path):
     real = sandbox._kill_user
     sandbox._kill_user = lambda u: (killed.append(sandbox._runs_as(u)), real(u))
     try:
-        outcome = sandbox.run_in_child(request, Limits(timeout=20), str(workdir), [], uid)
+        outcome = sandbox.run_in_child(
+            child_main, request, Limits(timeout=20), str(workdir), [], uid
+        )
         assert outcome.ended == "ok" and outcome.isolation["user"]
         assert killed == [True], "the daemon should still be alive when the clean-up starts"
         assert not sandbox._runs_as(uid), "a process of the child's user survived the task"
         request["code"] = GOOD_COUNT
-        sandbox.run_in_child(request, Limits(timeout=20), str(workdir), [], uid)
+        sandbox.run_in_child(child_main, request, Limits(timeout=20), str(workdir), [], uid)
         assert killed[1:] == [False] and not sandbox._runs_as(uid)
     finally:
         sandbox._kill_user = real

@@ -39,8 +39,8 @@ def test_top_level_statements_that_run_code_are_dropped():
         "import threading\nthreading.Thread(target=print, args=('All tests passed',)).start()\n",
         TASK_CELL,
     ]
-    code, notes = extract_code(cells)
-    assert notes == []
+    code, notes, broken = extract_code(cells)
+    assert notes == [] and broken == {}
     for gone in ("while", "exit", "pip", "input", "Thread("):
         assert gone not in code
     namespace: dict = {}
@@ -49,9 +49,43 @@ def test_top_level_statements_that_run_code_are_dropped():
 
 
 def test_a_cell_with_a_syntax_error_is_skipped_with_a_note():
-    code, notes = extract_code(["def broken(:\n    pass\n", TASK_CELL])
+    code, notes, broken = extract_code(["def broken(:\n    pass\n", TASK_CELL])
     assert "count_ngrams" in code
-    assert notes == ["code cell 1 has a syntax error (line 1) and was skipped"]
+    assert notes == ["code cell 1 has a syntax error at line 1 (invalid syntax): broken skipped"]
+    assert broken == {"broken": "code cell 1 has a syntax error at line 1 (invalid syntax)"}
+
+
+def test_a_syntax_error_costs_only_the_statement_it_is_in():
+    """The cell's imports and its other definitions are kept; the broken function is named."""
+    cell = (
+        "import math\n\n"
+        "def helper(x):\n    return math.sqrt(x)\n\n"
+        "def mle_prob(counts, word, context):\n    return (counts[word]\n\n"
+        "@staticmethod\ndef decorated(x):\n    return x\n\n"
+        "LIMIT = 3\n"
+    )
+    code, notes, broken = extract_code([TASK_CELL, cell])
+    for kept in ("import math", "def helper", "def decorated", "LIMIT = 3", "def count_ngrams"):
+        assert kept in code, kept
+    assert "mle_prob" not in code
+    assert list(broken) == ["mle_prob"] and "code cell 2" in broken["mle_prob"]
+    assert "line 7" in broken["mle_prob"] and "never closed" in broken["mle_prob"]
+    assert notes == [f"{broken['mle_prob']}: mle_prob skipped"]
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("def count_ngrams(s, s):\n    return {}\n", "duplicate argument"),
+        ("def count_ngrams(s, n):\n    nonlocal total\n    return {}\n", "nonlocal"),
+        ("def count_ngrams(s, n):\n    await s\n", "'await' outside async function"),
+    ],
+)
+def test_syntax_errors_the_parser_lets_through_are_caught_too(source, reason):
+    """Only compiling finds these: the worker used to fail on them and zero every task."""
+    code, notes, broken = extract_code([source, "def mle_prob(c, w, x):\n    return 0.5\n"])
+    assert "count_ngrams" not in code and "def mle_prob" in code
+    assert reason in broken["count_ngrams"] and "code cell 1" in broken["count_ngrams"]
 
 
 def test_nbformat_v3_is_read(tmp_path):

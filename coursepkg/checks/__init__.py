@@ -5,31 +5,37 @@ In a notebook::
     from coursepkg.checks import check
     check("1.1", count_ngrams)   # prints one line per public test; never raises
 
-The grader uses the same tasks: :func:`student_output` runs the student's function on one case
-(in an isolated worker), :func:`grade_output` judges the plain result in the trusted process,
-and :func:`run_task` does both in one process.
+The grader uses the same tasks: :func:`grading_cases` makes a task's cases (the public ones, and
+the hidden ones from the instructor's secret), :func:`student_output` runs the student's function
+on one case (in an isolated worker), :func:`grade_output` judges the plain result in the trusted
+process, and :func:`run_task` does both in one process.
 
-Tasks register themselves when their chapter module is imported; every chapter module is
-imported here, so :data:`TASKS` is complete after ``import coursepkg.checks``.
+Tasks register themselves when their chapter module is imported. The chapter modules are the
+``checks_module`` of every chapter of :data:`coursepkg.course.CHAPTERS`, all imported here, so
+:data:`TASKS` is complete after ``import coursepkg.checks``; a chapter listed there without its
+checks module fails this import.
+
+What the chapters share lives in modules of its own: :mod:`~coursepkg.checks.core` (tasks,
+cases, hidden cases from the instructor's secret, evaluation), :mod:`~coursepkg.checks.tensors`
+(tensor cases and verdicts), :mod:`~coursepkg.checks.masks` (boolean masks as plain lists),
+:mod:`~coursepkg.checks.attention_mistakes` (the known mistakes of attention and of causal
+masks, each with its hint) and :mod:`~coursepkg.checks.forbidden` (the forbidden-call tripwire
+of the grader and of the check cells). No chapter module imports another.
 """
 
-from coursepkg.checks import (
-    ch01_ngrams,  # noqa: F401 - registers the chapter 1 tasks
-    ch02_rnn,  # noqa: F401 - registers the chapter 2 tasks
-    ch03_attention,  # noqa: F401 - registers the chapter 3 tasks
-    ch04_self_attention,  # noqa: F401 - registers the chapter 4 tasks
-    ch05_multihead,  # noqa: F401 - registers the chapter 5 tasks
-    ch06_positional,  # noqa: F401 - registers the chapter 6 tasks
-    ch07_transformer,  # noqa: F401 - registers the chapter 7 tasks
-)
+import importlib
+
 from coursepkg.checks.core import (
     STATUSES,
     TASKS,
+    Args,
     Case,
     CaseResult,
     CheckerBug,
     CheckError,
     ForbiddenCallError,
+    HiddenCase,
+    InputChangedError,
     Task,
     TaskResult,
     Verdict,
@@ -38,24 +44,41 @@ from coursepkg.checks.core import (
     evaluate_case,
     exception_name,
     exception_result,
+    forbidden_result,
     format_task_result,
     get_task,
     grade_output,
+    grading_cases,
+    load_extra_cases,
+    load_secret,
+    new_secret,
     plain_problem,
     run_task,
+    secret_digest,
+    secret_text,
     student_output,
     task_by_func_name,
     tasks_for,
+    tripwire_for,
+    write_secret,
 )
+from coursepkg.course import CHAPTERS
+
+for _chapter in CHAPTERS:
+    importlib.import_module(_chapter.checks_module)  # registers the chapter's tasks
+del _chapter
 
 __all__ = [
     "STATUSES",
     "TASKS",
+    "Args",
     "Case",
     "CaseResult",
     "CheckError",
     "CheckerBug",
     "ForbiddenCallError",
+    "HiddenCase",
+    "InputChangedError",
     "Task",
     "TaskResult",
     "Verdict",
@@ -64,12 +87,21 @@ __all__ = [
     "evaluate_case",
     "exception_name",
     "exception_result",
+    "forbidden_result",
     "format_task_result",
     "get_task",
     "grade_output",
+    "grading_cases",
+    "load_extra_cases",
+    "load_secret",
+    "new_secret",
     "plain_problem",
     "run_task",
+    "secret_digest",
+    "secret_text",
     "student_output",
     "task_by_func_name",
     "tasks_for",
+    "tripwire_for",
+    "write_secret",
 ]

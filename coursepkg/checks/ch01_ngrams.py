@@ -6,11 +6,15 @@ recomputing each wrong variant from the case's ``args`` and comparing.
 
 Conventions shared with :mod:`coursepkg.ngram`: a sentence is a list of words; it is padded with
 n-1 ``"<s>"`` at the start and one ``"</s>"`` at the end; n-grams are tuples of words; natural logs.
+
+The public cases are small corpora written out; the hidden cases' generators draw their corpora
+(the words, how many sentences, how long) from the grader's random generator, keeping what each
+case is there for: an empty sentence, n-grams longer than the sentence, a context seen only at a
+sentence start, an unseen context, a word never seen after a frequent context.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import numbers
@@ -21,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from coursepkg.checks.core import (
     Case,
     CheckError,
-    ForbiddenCallError,
+    HiddenCase,
     Task,
     Verdict,
     a_type,
@@ -110,14 +114,25 @@ def perplexity(model, sentences: list[list[str]]) -> float:
 # Case data helpers (all JSON-able)
 # --------------------------------------------------------------------------------------------
 
-_WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "saw", "big")
+#: The words the hidden cases' corpora are drawn from (a few of them at a time).
+_WORD_POOL = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "saw", "big", "red", "fox",
+              "hid", "under", "old", "tree", "bird", "sang", "we", "they", "see", "run", "small",
+              "house")
 
 
-def _random_sentences(seed: int, count: int, max_len: int, n_words: int = 6) -> list[list[str]]:
-    """A small seeded corpus over a few words (so that n-grams repeat)."""
-    rng = random.Random(seed)
-    words = _WORDS[:n_words]
-    return [[rng.choice(words) for _ in range(rng.randint(1, max_len))] for _ in range(count)]
+def _draw_corpus(rng: random.Random, count: int, max_len: int,
+                 n_words: int) -> tuple[list[list[str]], list[str]]:
+    """A small corpus drawn from ``rng``: ``count`` sentences of 1 to ``max_len`` words, the
+    first one ``max_len`` long, over ``n_words`` words of the pool (so that n-grams repeat).
+
+    Returns:
+        the sentences, and the words they are drawn from.
+    """
+    words = rng.sample(_WORD_POOL, n_words)
+    sentences = [[rng.choice(words) for _ in range(rng.randint(1, max_len))]
+                 for _ in range(count)]
+    sentences[0] = [rng.choice(words) for _ in range(max_len)]
+    return sentences, words
 
 
 def _counts_arg(sentences: list[list[str]], n: int) -> list[list]:
@@ -151,11 +166,11 @@ def _busiest(sentences: list[list[str]], n: int, *, start: bool) -> tuple[list[s
     return list(context), word
 
 
-def _never_after(sentences: list[list[str]], n: int, context: list[str]) -> str:
-    """The first vocabulary word (sorted) never seen after ``context``."""
+def _never_after(sentences: list[list[str]], n: int, context: list[str]) -> str | None:
+    """The first vocabulary word (sorted) never seen after ``context`` (None: there is none)."""
     counts = count_ngrams(sentences, n)
     seen = {gram[-1] for gram in counts if list(gram[:-1]) == context}
-    return next(word for word in _vocab_arg(sentences) if word not in seen)
+    return next((word for word in _vocab_arg(sentences) if word not in seen), None)
 
 
 def _float_verdict(
@@ -395,20 +410,25 @@ _COUNT_CASES = (
         1,
         {"sentences": [["i", "am", "sam"], ["sam", "i", "am"]], "n": 3},
     ),
-    Case("hidden: an empty sentence", 1, {"sentences": [[], ["a", "b"], []], "n": 2}, True),
-    Case("hidden: one word, long n-grams", 1, {"sentences": [["hello"]], "n": 4}, True),
-    Case(
-        "hidden: random corpus, trigrams",
-        1,
-        {"sentences": _random_sentences(11, 8, 6, n_words=4), "n": 3},
-        True,
-    ),
-    Case(
-        "hidden: random corpus, unigrams",
-        1,
-        {"sentences": _random_sentences(12, 6, 5, n_words=5), "n": 1},
-        True,
-    ),
+    Case("an empty sentence gives one bigram", 1, {"sentences": [["the", "cat"], []], "n": 2}),
+)
+
+
+def _with_empty_sentences(rng: random.Random) -> dict:
+    sentences, _ = _draw_corpus(rng, rng.randint(2, 3), 3, 3)
+    for _ in range(rng.randint(1, 2)):
+        sentences.insert(rng.randint(0, len(sentences)), [])
+    return {"sentences": sentences, "n": rng.randint(2, 3)}
+
+
+_COUNT_HIDDEN = (
+    HiddenCase("hidden: an empty sentence", 1, _with_empty_sentences),
+    HiddenCase("hidden: one word, long n-grams", 1,
+               lambda rng: {"sentences": [[rng.choice(_WORD_POOL)]], "n": rng.randint(4, 5)}),
+    HiddenCase("hidden: random corpus, trigrams", 1,
+               lambda rng: {"sentences": _draw_corpus(rng, 8, 6, 4)[0], "n": 3}),
+    HiddenCase("hidden: random corpus, unigrams", 1,
+               lambda rng: {"sentences": _draw_corpus(rng, 6, 5, 5)[0], "n": 1}),
 )
 
 register(
@@ -418,6 +438,7 @@ register(
         func_name="count_ngrams",
         title="Count the n-grams of padded sentences",
         cases=_COUNT_CASES,
+        hidden=_COUNT_HIDDEN,
         build_args=_build_count_args,
         reference=count_ngrams,
         to_plain=_counts_to_plain,
@@ -505,10 +526,6 @@ _MLE_CORPUS = [
 ]
 _MLE_BIGRAMS = _counts_arg(_MLE_CORPUS, 2)
 _MLE_TRIGRAMS = _counts_arg(_MLE_CORPUS, 3)
-_RANDOM_21 = _random_sentences(21, 10, 6)
-_RANDOM_22 = _random_sentences(22, 12, 5)
-_RANDOM_23 = _random_sentences(23, 6, 4)
-
 _MLE_CASES = (
     Case(
         "P(cat | the) from bigram counts",
@@ -536,39 +553,77 @@ _MLE_CASES = (
         {"counts": _MLE_TRIGRAMS, "word": "cat", "context": ["mat", "the"]},
     ),
     Case(
-        "hidden: random corpus, bigrams",
+        "P(cat) from unigram counts: the context is ()",
         1,
-        {"counts": _counts_arg(_RANDOM_21, 2), "word": _busiest(_RANDOM_21, 2, start=False)[1],
-         "context": _busiest(_RANDOM_21, 2, start=False)[0]},
-        True,
+        {"counts": _counts_arg(_MLE_CORPUS, 1), "word": "cat", "context": []},
     ),
-    Case(
-        "hidden: random corpus, trigrams at a sentence start",
-        1,
-        {"counts": _counts_arg(_RANDOM_22, 3), "word": _busiest(_RANDOM_22, 3, start=True)[1],
-         "context": _busiest(_RANDOM_22, 3, start=True)[0]},
-        True,
-    ),
-    Case(
-        "hidden: unigrams (empty context)",
-        1,
-        {"counts": _counts_arg(_RANDOM_23, 1), "word": "the", "context": []},
-        True,
-    ),
-    Case(
-        "hidden: a word never seen after a frequent trigram context",
-        1,
-        {"counts": _counts_arg(_RANDOM_22, 3),
-         "word": _never_after(_RANDOM_22, 3, _busiest(_RANDOM_22, 3, start=False)[0]),
-         "context": _busiest(_RANDOM_22, 3, start=False)[0]},
-        True,
-    ),
-    Case(
-        "hidden: an unseen trigram context",
-        1,
-        {"counts": _counts_arg(_RANDOM_22, 3), "word": "the", "context": ["big", "big"]},
-        True,
-    ),
+)
+
+
+def _seen_query(rng: random.Random, n: int, *, start: bool, count: int, max_len: int,
+                n_words: int = 6) -> tuple[list[list[str]], list[str], str]:
+    """A corpus drawn from ``rng`` and its busiest context (see :func:`_busiest`) with the word
+    that follows it most: (sentences, context, word)."""
+    sentences, _ = _draw_corpus(rng, count, max_len, n_words)
+    context, word = _busiest(sentences, n, start=start)
+    return sentences, context, word
+
+
+def _mle_seen(name: str, n: int, *, start: bool, count: int, max_len: int) -> HiddenCase:
+    def make(rng: random.Random) -> dict:
+        sentences, context, word = _seen_query(rng, n, start=start, count=count,
+                                               max_len=max_len)
+        return {"counts": _counts_arg(sentences, n), "word": word, "context": context}
+
+    return HiddenCase(name, 1, make)
+
+
+def _mle_unigrams(rng: random.Random) -> dict:
+    sentences, words = _draw_corpus(rng, 6, 4, 6)
+    return {"counts": _counts_arg(sentences, 1), "word": rng.choice(sorted(words)),
+            "context": []}
+
+
+def _mle_never_after(rng: random.Random) -> dict:
+    while True:  # until the busiest context has a word it is never followed by
+        sentences, context, _ = _seen_query(rng, 3, start=False, count=12, max_len=5)
+        word = _never_after(sentences, 3, context)
+        if word is not None:
+            return {"counts": _counts_arg(sentences, 3), "word": word, "context": context}
+
+
+def _unseen_context(sentences: list[list[str]], n: int, words: list[str],
+                    rng: random.Random) -> list[str]:
+    """A context of n-1 words never seen in the corpus' n-grams: of its words if one is left,
+    else of words it does not use."""
+    seen = {gram[:-1] for gram in count_ngrams(sentences, n)}
+    unseen = [list(c) for c in _contexts(sorted(words), n - 1) if c not in seen]
+    if unseen:
+        return rng.choice(unseen)
+    return rng.sample([w for w in _WORD_POOL if w not in words], n - 1)
+
+
+def _contexts(words: list[str], size: int) -> list[tuple[str, ...]]:
+    contexts: list[tuple[str, ...]] = [()]
+    for _ in range(size):
+        contexts = [c + (w,) for c in contexts for w in words]
+    return contexts
+
+
+def _mle_unseen(rng: random.Random) -> dict:
+    sentences, words = _draw_corpus(rng, 12, 5, 6)
+    return {"counts": _counts_arg(sentences, 3), "word": rng.choice(sorted(words)),
+            "context": _unseen_context(sentences, 3, words, rng)}
+
+
+_MLE_HIDDEN = (
+    _mle_seen("hidden: random corpus, bigrams", 2, start=False, count=10, max_len=6),
+    _mle_seen("hidden: random corpus, trigrams at a sentence start", 3, start=True, count=12,
+              max_len=5),
+    HiddenCase("hidden: unigrams (empty context)", 1, _mle_unigrams),
+    HiddenCase("hidden: a word never seen after a frequent trigram context", 1,
+               _mle_never_after),
+    HiddenCase("hidden: an unseen trigram context", 1, _mle_unseen),
 )
 
 register(
@@ -578,6 +633,7 @@ register(
         func_name="mle_prob",
         title="Maximum-likelihood conditional probability from n-gram counts",
         cases=_MLE_CASES,
+        hidden=_MLE_HIDDEN,
         build_args=_build_mle_args,
         reference=mle_prob,
         to_plain=to_plain_float,
@@ -684,28 +740,34 @@ _ADDK_CASES = (
         {"counts": _MLE_TRIGRAMS, "vocab": _ADDK_VOCAB, "word": "cat",
          "context": ["mat", "the"], "k": 0.5},
     ),
-    Case(
-        "hidden: random corpus, trigrams, small k",
-        1,
-        {"counts": _counts_arg(_RANDOM_22, 3), "vocab": _vocab_arg(_RANDOM_22),
-         "word": _busiest(_RANDOM_22, 3, start=False)[1],
-         "context": _busiest(_RANDOM_22, 3, start=False)[0], "k": 0.05},
-        True,
-    ),
-    Case(
-        "hidden: unigrams, k = 2",
-        1,
-        {"counts": _counts_arg(_RANDOM_23, 1), "vocab": _vocab_arg(_RANDOM_23), "word": "ran",
-         "context": [], "k": 2.0},
-        True,
-    ),
-    Case(
-        "hidden: unseen context, larger vocabulary",
-        1,
-        {"counts": _counts_arg(_RANDOM_21, 2), "vocab": sorted(set(_WORDS) | {EOS}),
-         "word": "the", "context": ["big"], "k": 0.01},
-        True,
-    ),
+)
+
+
+def _add_k_small(rng: random.Random) -> dict:
+    sentences, context, word = _seen_query(rng, 3, start=False, count=12, max_len=5)
+    return {"counts": _counts_arg(sentences, 3), "vocab": _vocab_arg(sentences), "word": word,
+            "context": context, "k": rng.choice([0.01, 0.02, 0.05, 0.1, 0.2])}
+
+
+def _add_k_unigrams(rng: random.Random) -> dict:
+    sentences, words = _draw_corpus(rng, 6, 4, 6)
+    return {"counts": _counts_arg(sentences, 1), "vocab": _vocab_arg(sentences),
+            "word": rng.choice(sorted(words)), "context": [],
+            "k": rng.choice([1.5, 2.0, 2.5, 3.0])}
+
+
+def _add_k_unseen(rng: random.Random) -> dict:
+    sentences, words = _draw_corpus(rng, 10, 6, 6)
+    others = rng.sample([w for w in _WORD_POOL if w not in words], 4)
+    vocab = sorted(set(words) | set(others) | {EOS})
+    return {"counts": _counts_arg(sentences, 2), "vocab": vocab, "word": rng.choice(vocab),
+            "context": [rng.choice(others)], "k": rng.choice([0.005, 0.01, 0.02])}
+
+
+_ADDK_HIDDEN = (
+    HiddenCase("hidden: random corpus, trigrams, small k", 1, _add_k_small),
+    HiddenCase("hidden: unigrams, k above 1", 1, _add_k_unigrams),
+    HiddenCase("hidden: unseen context, larger vocabulary", 1, _add_k_unseen),
 )
 
 register(
@@ -715,6 +777,7 @@ register(
         func_name="add_k_prob",
         title="Add-k smoothed conditional probability",
         cases=_ADDK_CASES,
+        hidden=_ADDK_HIDDEN,
         build_args=_build_add_k_args,
         reference=add_k_prob,
         to_plain=to_plain_float,
@@ -776,26 +839,15 @@ HINT_PPL_GENERIC = (
 )
 
 
-@functools.cache
-def _checked_lm_class() -> type:
-    """NGramLM whose ``perplexity`` method refuses to run: task 1.4 asks students to write it.
-
-    Imported lazily so that tasks 1.1-1.3 do not depend on :mod:`coursepkg.ngram`.
-    """
-    from coursepkg.ngram import NGramLM as PackageNGramLM
-
-    class NGramLM(PackageNGramLM):
-        """The model handed to the student's ``perplexity`` (model.perplexity is off limits)."""
-
-        def perplexity(self, sentences):  # noqa: D102 - see class docstring
-            raise ForbiddenCallError("calling model.perplexity is not allowed in this task")
-
-    return NGramLM
-
-
 def _fit_model(args: dict):
+    """The package's NGramLM fitted on the case's training sentences. Its ``perplexity`` is
+    what task 1.4 asks students to write: the task forbids it, and the tripwire of the check
+    cells and of the grader fails a function that calls it. (Imported here so that tasks 1.1-1.3
+    do not depend on :mod:`coursepkg.ngram`.)"""
+    from coursepkg.ngram import NGramLM
+
     kwargs = {"k": float(args["k"])} if args["smoothing"] == "add_k" else {}
-    model = _checked_lm_class()(int(args["n"]), args["smoothing"], **kwargs)
+    model = NGramLM(int(args["n"]), args["smoothing"], **kwargs)
     return model.fit([list(sentence) for sentence in args["train"]])
 
 
@@ -866,8 +918,6 @@ _PPL_TRAIN = [
     ["a", "dog", "saw", "the", "cat"],
     ["the", "cat", "saw", "a", "dog"],
 ]
-_RANDOM_31 = _random_sentences(31, 30, 7, n_words=8)
-_RANDOM_32 = _random_sentences(32, 20, 6, n_words=6)
 
 _PPL_CASES = (
     Case(
@@ -889,27 +939,44 @@ _PPL_CASES = (
          "sentences": [["the", "cat", "sat"], ["a", "dog", "ran"],
                        ["the", "dog", "saw", "a", "cat"]]},
     ),
-    Case(
-        "hidden: Kneser-Ney bigram model, random corpus",
-        1,
-        {"n": 2, "smoothing": "kneser_ney", "k": 1.0, "train": _RANDOM_31[:25],
-         "sentences": _RANDOM_31[25:]},
-        True,
-    ),
-    Case(
-        "hidden: add-k unigram model",
-        1,
-        {"n": 1, "smoothing": "add_k", "k": 0.1, "train": _RANDOM_32[:15],
-         "sentences": _RANDOM_32[15:]},
-        True,
-    ),
-    Case(
-        "hidden: add-k trigram model, a test set with an empty sentence",
-        1,
-        {"n": 3, "smoothing": "add_k", "k": 0.5, "train": _PPL_TRAIN,
-         "sentences": [["the", "mat"], [], ["a", "cat", "sat", "on", "a", "dog"]]},
-        True,
-    ),
+)
+
+
+def _held_out(rng: random.Random, count: int, max_len: int, n_words: int,
+              n_test: int) -> tuple[list[list[str]], list[list[str]]]:
+    """A corpus drawn from ``rng`` split into training and test sentences; the test sentences
+    use only words seen in training (an unseen word's probability is 0 for some models)."""
+    sentences, _ = _draw_corpus(rng, count, max_len, n_words)
+    train, test = sentences[:-n_test], sentences[-n_test:]
+    seen = {word for sentence in train for word in sentence}
+    return train, [[word for word in sentence if word in seen] or [sorted(seen)[0]]
+                   for sentence in test]
+
+
+def _kneser_ney_bigrams(rng: random.Random) -> dict:
+    train, test = _held_out(rng, 30, 7, 8, 5)
+    return {"n": 2, "smoothing": "kneser_ney", "k": 1.0, "train": train, "sentences": test}
+
+
+def _add_k_unigram_model(rng: random.Random) -> dict:
+    train, test = _held_out(rng, 20, 6, 6, 5)
+    return {"n": 1, "smoothing": "add_k", "k": rng.choice([0.05, 0.1, 0.2, 0.3]),
+            "train": train, "sentences": test}
+
+
+def _with_an_empty_sentence(rng: random.Random) -> dict:
+    words = sorted({word for sentence in _PPL_TRAIN for word in sentence})
+    test = [[rng.choice(words) for _ in range(rng.randint(1, 6))] for _ in range(2)]
+    test.insert(rng.randint(0, 2), [])
+    return {"n": 3, "smoothing": "add_k", "k": rng.choice([0.25, 0.5, 0.75]),
+            "train": _PPL_TRAIN, "sentences": test}
+
+
+_PPL_HIDDEN = (
+    HiddenCase("hidden: Kneser-Ney bigram model, random corpus", 1, _kneser_ney_bigrams),
+    HiddenCase("hidden: add-k unigram model", 1, _add_k_unigram_model),
+    HiddenCase("hidden: add-k trigram model, a test set with an empty sentence", 1,
+               _with_an_empty_sentence),
 )
 
 register(
@@ -919,14 +986,13 @@ register(
         func_name="perplexity",
         title="Perplexity of an n-gram model on held-out sentences",
         cases=_PPL_CASES,
+        hidden=_PPL_HIDDEN,
         build_args=_build_perplexity_args,
         reference=perplexity,
         to_plain=to_plain_float,
         judge=_judge_perplexity,
         forbidden=("nltk", "coursepkg.checks", "coursepkg.ngram.NGramLM.perplexity"),
         error_hints={
-            "ForbiddenCallError": "Compute the perplexity yourself from model.logprob(token, "
-            "context) over every word and one '</s>' per sentence.",
             "OverflowError": HINT_PPL_SUM,
             "ZeroDivisionError": "N, the number of predicted tokens, came out 0: count every "
             "word and one '</s>' per sentence.",

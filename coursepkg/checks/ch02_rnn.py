@@ -5,8 +5,11 @@ The conventions are those of :mod:`coursepkg.rnn`, which are torch's (``torch.nn
 per output unit, so the products are ``x_t @ weight_ih.T``; the LSTM stacks its four gates in the
 order i, f, g, o. The references are the package's own tested functions.
 
-A case's ``args`` hold a seed, sizes and a dtype name; ``build_args`` draws the tensors from a
-seeded ``torch.Generator``, so the grader's worker and its trusted process build the same inputs.
+A case's ``args`` hold a seed, sizes and a dtype name (a row of the task's table: ``Step``,
+``Run``, ``LSTMStep``, ``Pool``); ``build_args`` draws the tensors from a seeded
+``torch.Generator``, so the grader's worker and its trusted process build the same inputs. The
+hidden cases' generators draw the seed and the sizes from the grader's random generator and keep
+what each case is for (float64, one time step, a batch of one, one hidden unit, larger sizes).
 A returned tensor becomes the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``.
 The judges compare shapes first (naming the known shape mistakes: time-major outputs, outputs
 not collected, ...), then dtypes, then values within the dtype's tolerance, and recognise known
@@ -20,23 +23,28 @@ Shape letters: B batch, T time steps, I input features, Hs hidden units, F featu
 from __future__ import annotations
 
 import itertools
-import math
+import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from coursepkg import rnn
-from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks import masks
+from coursepkg.checks.core import Args, Task, draw_seed, draw_sizes, hidden, register
+from coursepkg.checks.forbidden import RECURRENT_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
+    cell_parameters,
     generator,
-    judge_parts,
     normal,
     parts_plain,
+    tensor_judge,
     tensor_plain,
+    with_weights,
 )
 
 ASSIGNMENT = "02_rnn"
@@ -58,6 +66,7 @@ _NO_RECURRENT_LIBRARIES = (
     "torch.rnn_relu_cell",
     "torch.lstm",
     "torch.lstm_cell",
+    *RECURRENT_KERNELS,
 )
 _NO_POOLING_LIBRARIES = ("coursepkg.rnn", "coursepkg.checks")
 
@@ -89,21 +98,6 @@ HINT_WEIGHTS_SWAPPED = (
 # --------------------------------------------------------------------------------------------
 # Drawing the inputs of a case (all from a seeded generator)
 # --------------------------------------------------------------------------------------------
-
-
-def cell_parameters(
-    gen: torch.Generator, gates: int, n_in: int, Hs: int, dtype
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(weight_ih (gates Hs, I), weight_hh (gates Hs, Hs), bias_ih, bias_hh)``.
-
-    Scaled so that the pre-activations are of order 1: the nonlinearities then bend them
-    clearly, and every known mistake changes the result far beyond the tolerance.
-    """
-    weight_ih = normal(gen, (gates * Hs, n_in), 1 / math.sqrt(n_in), dtype)
-    weight_hh = normal(gen, (gates * Hs, Hs), 1 / math.sqrt(Hs), dtype)
-    bias_ih = normal(gen, (gates * Hs,), 0.5, dtype)
-    bias_hh = normal(gen, (gates * Hs,), 0.5, dtype)
-    return weight_ih, weight_hh, bias_ih, bias_hh
 
 
 def _state(gen: torch.Generator, shape: tuple[int, ...], kind: str, dtype, scale: float = 1.0):
@@ -177,7 +171,7 @@ def _elman_mistakes() -> list[tuple[str, _ElmanStep]]:
 
 def _build_elman_args(args: dict) -> tuple:
     gen, dtype = generator(args)
-    B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
+    B, n_in, Hs = int(args["B"]), int(args["n_in"]), int(args["Hs"])
     x_t = normal(gen, (B, n_in), 1.0, dtype)
     h_prev = _state(gen, (B, Hs), args["h_prev"], dtype)
     return (x_t, h_prev, *cell_parameters(gen, 1, n_in, Hs, dtype))
@@ -191,32 +185,46 @@ def _elman_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_ELMAN_SHAPE
 
 
-def _judge_elman(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_elman_args(args)
-
-    def variants() -> list[Variant]:
-        return [(hint, lambda f=f: (f(*inputs),), "") for hint, f in _elman_mistakes()]
-
-    return judge_parts([got], [expected], ("h_t",), args["dtype"], variants,
-                       _elman_shape_hint, HINT_ELMAN_GENERIC,
-                       non_finite_mistakes=False)
+def _elman_variants(inputs: tuple) -> list[Variant]:
+    return [(hint, lambda f=f: (f(*inputs),), "") for hint, f in _elman_mistakes()]
 
 
-def _elman_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, h_prev: str = "random",
-                dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "I": n_in, "Hs": Hs, "h_prev": h_prev, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+_judge_elman = tensor_judge(_build_elman_args, ("h_t",), _elman_variants, _elman_shape_hint,
+                            HINT_ELMAN_GENERIC, non_finite_mistakes=False)
+
+
+@dataclass(frozen=True)
+class Step(Args):
+    """A case of task 2.1 (and 2.3's sizes): x_t (B, n_in), h_prev (B, Hs)."""
+
+    seed: int
+    B: int
+    n_in: int
+    Hs: int
+    h_prev: str = "random"
+    dtype: str = "float32"
 
 
 _ELMAN_CASES = (
-    _elman_case("a batch of 2, 3 inputs, 4 hidden units", 201, 2, 3, 4),
-    _elman_case("the first step: h_prev = 0", 202, 3, 2, 5, h_prev="zeros"),
-    _elman_case("a batch of 4, 5 inputs, 3 hidden units", 203, 4, 5, 3),
-    _elman_case("hidden: float64", 211, 3, 4, 6, dtype="float64", hidden=True),
-    _elman_case("hidden: a batch of one, as many inputs as hidden units", 212, 1, 3, 3,
-                hidden=True),
-    _elman_case("hidden: one hidden unit", 213, 3, 2, 1, hidden=True),
-    _elman_case("hidden: larger sizes", 214, 8, 10, 16, hidden=True),
+    Step(201, B=2, n_in=3, Hs=4).case("a batch of 2, 3 inputs, 4 hidden units"),
+    Step(202, B=3, n_in=2, Hs=5, h_prev="zeros").case("the first step: h_prev = 0"),
+    Step(203, B=4, n_in=5, Hs=3).case("a batch of 4, 5 inputs, 3 hidden units"),
+)
+
+
+def _square(rng: random.Random) -> Step:
+    n = rng.randint(2, 5)
+    return Step(draw_seed(rng), B=1, n_in=n, Hs=n)
+
+
+_ELMAN_HIDDEN = (
+    hidden("hidden: float64", lambda rng: Step(draw_seed(rng), rng.randint(2, 4),
+                                               *draw_sizes(rng, 2, 2, 7), dtype="float64")),
+    hidden("hidden: a batch of one, as many inputs as hidden units", _square),
+    hidden("hidden: one hidden unit",
+           lambda rng: Step(draw_seed(rng), rng.randint(2, 4), rng.randint(2, 4), 1)),
+    hidden("hidden: larger sizes", lambda rng: Step(draw_seed(rng), rng.randint(6, 10),
+                                                    rng.randint(8, 12), rng.randint(12, 20))),
 )
 
 _ELMAN_ERROR_HINTS = {
@@ -233,6 +241,7 @@ register(
         func_name="elman_step",
         title="One step of an Elman RNN",
         cases=_ELMAN_CASES,
+        hidden=_ELMAN_HIDDEN,
         build_args=_build_elman_args,
         reference=rnn.elman_step,
         to_plain=_elman_to_plain,
@@ -300,7 +309,7 @@ HINT_RUN_GENERIC = (
 
 def _build_run_args(args: dict) -> tuple:
     gen, dtype = generator(args)
-    B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["I"]), int(args["Hs"])
+    B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["n_in"]), int(args["Hs"])
     x = normal(gen, (B, T, n_in), 1.0, dtype)
     h0 = _state(gen, (B, Hs), args["h0"], dtype)
     return (x, h0, *cell_parameters(gen, 1, n_in, Hs, dtype))
@@ -318,10 +327,9 @@ def run_rnn(
         ``(outputs (B, T, Hs), h_T (B, Hs))``.
     """
     n_in, Hs = x.shape[-1], h0.shape[-1]
-    with torch.random.fork_rng(devices=[]):  # its random initialisation is overwritten anyway
-        model = rnn.ElmanRNN(n_in, Hs).to(x.dtype)
-    model.load_state_dict({"weight_ih_l0": weight_ih, "weight_hh_l0": weight_hh,
-                           "bias_ih_l0": bias_ih, "bias_hh_l0": bias_hh})
+    model = with_weights(lambda: rnn.ElmanRNN(n_in, Hs), x.dtype,
+                         {"weight_ih_l0": weight_ih, "weight_hh_l0": weight_hh,
+                          "bias_ih_l0": bias_ih, "bias_hh_l0": bias_hh})
     with torch.no_grad():
         outputs, h_n = model(x, h0.unsqueeze(0))  # (B, T, Hs), (1, B, Hs)
     return outputs, h_n[0]
@@ -422,27 +430,44 @@ def _run_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_RUN_SHAPE
 
 
-def _judge_run(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_run_args(args)
-    return judge_parts(list(got), list(expected), ("outputs", "h_T"), args["dtype"],
-                       lambda: _run_variants(inputs), _run_shape_hint, HINT_RUN_GENERIC,
-                       non_finite_mistakes=False)
+_judge_run = tensor_judge(_build_run_args, ("outputs", "h_T"), _run_variants, _run_shape_hint,
+                          HINT_RUN_GENERIC, non_finite_mistakes=False)
 
 
-def _run_case(name: str, seed: int, B: int, T: int, n_in: int, Hs: int, *, h0: str = "random",
-              dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "T": T, "I": n_in, "Hs": Hs, "h0": h0, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Run(Args):
+    """A case of task 2.2: x (B, T, n_in), h0 (B, Hs)."""
+
+    seed: int
+    B: int
+    T: int
+    n_in: int
+    Hs: int
+    h0: str = "random"
+    dtype: str = "float32"
 
 
 _RUN_CASES = (
-    _run_case("2 sequences of 5 steps, 3 inputs, 4 hidden units, random h0", 221, 2, 5, 3, 4),
-    _run_case("3 sequences of 4 steps from h0 = 0", 222, 3, 4, 2, 5, h0="zeros"),
-    _run_case("4 sequences of 7 steps, 2 hidden units", 223, 4, 7, 3, 2),
-    _run_case("hidden: one time step", 231, 2, 1, 3, 4, hidden=True),
-    _run_case("hidden: float64", 232, 3, 6, 4, 5, dtype="float64", hidden=True),
-    _run_case("hidden: a batch of one", 233, 1, 5, 2, 3, hidden=True),
-    _run_case("hidden: a long sequence", 234, 2, 20, 3, 6, hidden=True),
+    Run(221, B=2, T=5, n_in=3, Hs=4).case(
+        "2 sequences of 5 steps, 3 inputs, 4 hidden units, random h0"),
+    Run(222, B=3, T=4, n_in=2, Hs=5, h0="zeros").case("3 sequences of 4 steps from h0 = 0"),
+    Run(223, B=4, T=7, n_in=3, Hs=2).case("4 sequences of 7 steps, 2 hidden units"),
+)
+
+
+def _run(rng: random.Random, *, B: int | None = None, T: int | None = None,
+         dtype: str = "float32") -> Run:
+    """A case of task 2.2 drawn from ``rng``: the sizes not given are small and different."""
+    n_in, Hs = draw_sizes(rng, 2, 2, 6)
+    B = rng.randint(2, 4) if B is None else B
+    return Run(draw_seed(rng), B, rng.randint(3, 7) if T is None else T, n_in, Hs, dtype=dtype)
+
+
+_RUN_HIDDEN = (
+    hidden("hidden: one time step", lambda rng: _run(rng, T=1)),
+    hidden("hidden: float64", lambda rng: _run(rng, dtype="float64")),
+    hidden("hidden: a batch of one", lambda rng: _run(rng, B=1)),
+    hidden("hidden: a long sequence", lambda rng: _run(rng, T=rng.randint(16, 24))),
 )
 
 register(
@@ -452,6 +477,7 @@ register(
         func_name="run_rnn",
         title="Run an Elman RNN over a batch of sequences",
         cases=_RUN_CASES,
+        hidden=_RUN_HIDDEN,
         build_args=_build_run_args,
         reference=run_rnn,
         to_plain=_run_to_plain,
@@ -481,14 +507,14 @@ HINT_GATE_ORDER = (
     "pieces in that order (some textbooks use i, f, o, g)."
 )
 HINT_C_FROM_H = (
-    "The cell update keeps part of the previous CELL state: c_t = f * c_prev + i * g, with "
-    "c_prev, not h_prev."
+    "The cell update keeps part of the previous CELL state: the forget gate scales c_prev, not "
+    "h_prev."
 )
 HINT_NO_TANH_C = (
     "The output squashes the new cell state: h_t = o * tanh(c_t); you used c_t without tanh."
 )
 HINT_OLD_C = (
-    "h_t uses the NEW cell state: first c_t = f * c_prev + i * g, then h_t = o * tanh(c_t), not "
+    "h_t uses the NEW cell state: first update the cell, then h_t = o * tanh(c_t), not "
     "tanh(c_prev)."
 )
 HINT_GATE_NONLINEARITY = (
@@ -497,12 +523,16 @@ HINT_GATE_NONLINEARITY = (
 )
 HINT_STATE_ORDER = "Return (h_t, c_t) in that order: the hidden state first, then the cell state."
 HINT_NO_INPUT_GATE = (
-    "The candidate g enters the cell scaled by the input gate: c_t = f * c_prev + i * g."
+    "The candidate g enters the cell scaled by the input gate i, element by element, as the "
+    "old cell state is scaled by the forget gate."
 )
-HINT_NO_FORGET_GATE = "The old cell state is scaled by the forget gate: c_t = f * c_prev + i * g."
+HINT_NO_FORGET_GATE = (
+    "The old cell state is scaled by the forget gate f, element by element, before the gated "
+    "candidate is added."
+)
 HINT_FORGET_MEANING = (
-    "f is the fraction of c_prev to KEEP (f near 1 keeps it all): c_t = f * c_prev + i * g, not "
-    "(1 - f) * c_prev + ..."
+    "f is the fraction of c_prev to KEEP (f near 1 keeps it all): the cell keeps f times "
+    "c_prev, not (1 - f) times it."
 )
 HINT_GATES_NOT_SPLIT = (
     "The pre-activations are (B, 4 Hs), the four gates side by side: split them into i, f, g, o "
@@ -510,14 +540,16 @@ HINT_GATES_NOT_SPLIT = (
 )
 HINT_LSTM_SHAPE = "Return (h_t, c_t), each (B, Hs) like h_prev and c_prev."
 HINT_LSTM_GENERIC = (
-    "i, f, g, o = (x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh).chunk(4, "
-    "dim=-1); sigmoid on i, f, o and tanh on g; c_t = f * c_prev + i * g; h_t = o * tanh(c_t)."
+    "One product gives the four gates' pre-activations side by side, (B, 4 Hs): cut them into "
+    "i, f, g, o in that order, sigmoid on i, f and o and tanh on g; the new cell state adds the "
+    "forget-gated old one and the input-gated candidate, and h_t is the output gate times "
+    "tanh of the new cell state."
 )
 
 
 def _build_lstm_args(args: dict) -> tuple:
     gen, dtype = generator(args)
-    B, n_in, Hs = int(args["B"]), int(args["I"]), int(args["Hs"])
+    B, n_in, Hs = int(args["B"]), int(args["n_in"]), int(args["Hs"])
     x_t = normal(gen, (B, n_in), 1.0, dtype)
     h_prev = _state(gen, (B, Hs), args["state"], dtype)
     # cell states are not squashed: c_scale > 1 gives values beyond (-1, 1)
@@ -590,29 +622,40 @@ def _lstm_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_LSTM_SHAPE
 
 
-def _judge_lstm(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_lstm_args(args)
-    return judge_parts(list(got), list(expected), ("h_t", "c_t"), args["dtype"],
-                       lambda: _lstm_variants(inputs), _lstm_shape_hint, HINT_LSTM_GENERIC,
-                       non_finite_mistakes=False)
+_judge_lstm = tensor_judge(_build_lstm_args, ("h_t", "c_t"), _lstm_variants, _lstm_shape_hint,
+                           HINT_LSTM_GENERIC, non_finite_mistakes=False)
 
 
-def _lstm_case(name: str, seed: int, B: int, n_in: int, Hs: int, *, state: str = "random",
-               c_scale: float = 1.0, dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "I": n_in, "Hs": Hs, "state": state, "c_scale": c_scale,
-            "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class LSTMStep(Args):
+    """A case of task 2.3: x_t (B, n_in), h_prev and c_prev (B, Hs), c_prev's scale c_scale."""
+
+    seed: int
+    B: int
+    n_in: int
+    Hs: int
+    state: str = "random"
+    c_scale: float = 1.0
+    dtype: str = "float32"
 
 
 _LSTM_CASES = (
-    _lstm_case("a batch of 2, 3 inputs, 4 hidden units", 241, 2, 3, 4),
-    _lstm_case("the first step: h_prev = c_prev = 0", 242, 3, 2, 3, state="zeros"),
-    _lstm_case("a large cell state (|c_prev| > 1)", 243, 3, 5, 2, c_scale=3.0),
-    _lstm_case("a batch of 4, 3 inputs, 6 hidden units", 244, 4, 3, 6),
-    _lstm_case("hidden: float64", 251, 3, 4, 5, dtype="float64", hidden=True),
-    _lstm_case("hidden: a batch of one", 252, 1, 3, 3, hidden=True),
-    _lstm_case("hidden: one hidden unit", 253, 4, 2, 1, c_scale=2.0, hidden=True),
-    _lstm_case("hidden: larger sizes", 254, 8, 10, 16, hidden=True),
+    LSTMStep(241, B=2, n_in=3, Hs=4).case("a batch of 2, 3 inputs, 4 hidden units"),
+    LSTMStep(242, B=3, n_in=2, Hs=3, state="zeros").case("the first step: h_prev = c_prev = 0"),
+    LSTMStep(243, B=3, n_in=5, Hs=2, c_scale=3.0).case("a large cell state (|c_prev| > 1)"),
+    LSTMStep(244, B=4, n_in=3, Hs=6).case("a batch of 4, 3 inputs, 6 hidden units"),
+)
+
+_LSTM_HIDDEN = (
+    hidden("hidden: float64", lambda rng: LSTMStep(draw_seed(rng), rng.randint(2, 4),
+                                                   *draw_sizes(rng, 2, 2, 6), dtype="float64")),
+    hidden("hidden: a batch of one",
+           lambda rng: LSTMStep(draw_seed(rng), 1, *draw_sizes(rng, 2, 2, 5))),
+    hidden("hidden: one hidden unit",
+           lambda rng: LSTMStep(draw_seed(rng), rng.randint(2, 5), rng.randint(2, 4), 1,
+                                c_scale=rng.uniform(1.5, 2.5))),
+    hidden("hidden: larger sizes", lambda rng: LSTMStep(draw_seed(rng), rng.randint(6, 10),
+                                                        rng.randint(8, 12), rng.randint(12, 20))),
 )
 
 register(
@@ -622,6 +665,7 @@ register(
         func_name="lstm_step",
         title="One step of an LSTM (torch's gate order i, f, g, o)",
         cases=_LSTM_CASES,
+        hidden=_LSTM_HIDDEN,
         build_args=_build_lstm_args,
         reference=rnn.lstm_step,
         to_plain=_lstm_to_plain,
@@ -645,7 +689,7 @@ register(
 
 HINT_LAST_AT_T = (
     "In a padded row the last REAL output is at position lengths[b] - 1, not T - 1: the "
-    "positions after it hold the outputs of padding. Index out[torch.arange(B), lengths - 1]."
+    "positions after it hold the outputs of padding. Pick each row's own position."
 )
 HINT_LAST_OFF_BY_ONE = (
     "Positions count from 0: the last real output of row b is at lengths[b] - 1, not lengths[b]."
@@ -655,7 +699,8 @@ HINT_LAST_FIRST = (
 )
 HINT_LAST_INDEXING = (
     "out[:, lengths - 1] takes those positions in every row, (B, B, F): pair each row with its "
-    "own position, out[torch.arange(B), lengths - 1]."
+    "own position, indexing the rows with torch.arange(B) and the positions with a tensor of "
+    "the same length."
 )
 HINT_MEAN_PADDING = (
     "Padding is included in your mean: average each row over its real positions only (the sum "
@@ -770,33 +815,52 @@ def _pool_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_POOL_SHAPE
 
 
-def _judge_pool(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_pool_args(args)
-    return judge_parts([got], [expected], ("pooled",), args["dtype"],
-                       lambda: _pool_variants(inputs), _pool_shape_hint, HINT_POOL_GENERIC,
-                       non_finite_mistakes=False)
+_judge_pool = tensor_judge(_build_pool_args, ("pooled",), _pool_variants, _pool_shape_hint,
+                           HINT_POOL_GENERIC, non_finite_mistakes=False)
 
 
-def _pool_case(name: str, seed: int, how: str, lengths: list[int], T: int, F: int, *,
-               dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": len(lengths), "T": T, "F": F, "lengths": lengths, "how": how,
-            "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Pool(Args):
+    """A case of task 2.4: out (B, T, F) with B = len(lengths), pooled the way ``how`` says."""
+
+    seed: int
+    how: str
+    lengths: tuple[int, ...]
+    T: int
+    F: int
+    dtype: str = "float32"
+
+    def plain(self) -> dict:
+        return {**super().plain(), "B": len(self.lengths)}
 
 
 _POOL_CASES = (
-    _pool_case('how="last", lengths [3, 5, 2] padded to T = 5', 261, "last", [3, 5, 2], 5, 4),
-    _pool_case('how="last", no row at full length', 262, "last", [2, 4], 6, 3),
-    _pool_case('how="mean", lengths [2, 5, 1, 4] padded to T = 5', 263, "mean", [2, 5, 1, 4], 5,
-               3),
-    _pool_case('how="max", lengths [4, 1, 3] padded to T = 6', 264, "max", [4, 1, 3], 6, 5),
-    _pool_case("hidden: float64 mean", 271, "mean", [3, 7, 1], 7, 4, dtype="float64",
-               hidden=True),
-    _pool_case("hidden: max over a batch with short rows", 272, "max", [2, 1, 5, 2], 5, 6,
-               hidden=True),
-    _pool_case("hidden: one time step", 273, "last", [1, 1], 1, 3, hidden=True),
-    _pool_case("hidden: mean over a batch of one at full length", 274, "mean", [6], 6, 2,
-               hidden=True),
+    Pool(261, "last", (3, 5, 2), T=5, F=4).case('how="last", lengths [3, 5, 2] padded to T = 5'),
+    Pool(262, "last", (2, 4), T=6, F=3).case('how="last", no row at full length'),
+    Pool(263, "mean", (2, 5, 1, 4), T=5, F=3).case(
+        'how="mean", lengths [2, 5, 1, 4] padded to T = 5'),
+    Pool(264, "max", (4, 1, 3), T=6, F=5).case('how="max", lengths [4, 1, 3] padded to T = 6'),
+)
+
+
+def _pool(rng: random.Random, how: str, B: int, T: int, *, padded: bool = True,
+          short: bool = False, dtype: str = "float32") -> Pool:
+    """A batch drawn from ``rng``: one row at full length and, with ``padded``, one padded;
+    with ``short``, every other row at most half as long as T."""
+    lengths = masks.random_lengths(rng, B, T // 2 if short else T, padded=padded)
+    if short:
+        lengths[rng.randrange(B)] = T
+    return Pool(draw_seed(rng), how, tuple(lengths), T, rng.randint(2, 6), dtype)
+
+
+_POOL_HIDDEN = (
+    hidden("hidden: float64 mean",
+           lambda rng: _pool(rng, "mean", 3, rng.randint(5, 8), dtype="float64")),
+    hidden("hidden: max over a batch with short rows",
+           lambda rng: _pool(rng, "max", 4, rng.randint(5, 7), short=True)),
+    hidden("hidden: one time step", lambda rng: _pool(rng, "last", rng.randint(2, 3), 1)),
+    hidden("hidden: mean over a batch of one at full length",
+           lambda rng: _pool(rng, "mean", 1, rng.randint(4, 7), padded=False)),
 )
 
 register(
@@ -806,6 +870,7 @@ register(
         func_name="pool_outputs",
         title="Pool a padded batch of RNN outputs: last, mean or max over the real positions",
         cases=_POOL_CASES,
+        hidden=_POOL_HIDDEN,
         build_args=_build_pool_args,
         reference=pool_outputs,
         to_plain=_pool_to_plain,

@@ -12,8 +12,13 @@ Cases, plain values and judging work as in chapter 2, with the shared tensor hel
 and the inputs are drawn from a seeded generator; the judges compare shapes, dtypes and values,
 and recognise known mistakes by recomputing each one from the case's inputs. A recomputed
 mistake also matches an answer with NaN or infinite values in the same places (a softmax that
-overflows, ``0 * -inf``), so those answers get the hint that names their cause. The decoder
-step's LSTM parameters are drawn as chapter 2 draws them (``ch02_rnn.cell_parameters``).
+overflows, ``0 * -inf``), so those answers get the hint that names their cause. The mistakes of
+the mask and the softmax are the course's one bank of attention mistakes
+(:mod:`coursepkg.checks.attention_mistakes`), run on one query per row; the mistakes of a scale
+given as an argument, and of the context vector, are this chapter's. The decoder step's LSTM
+parameters are drawn as chapter 2 draws them (:func:`coursepkg.checks.tensors.cell_parameters`).
+One public case of masked attention passes the keys as the values too, as the chapter's own
+``attend(query, keys, keys)`` does.
 
 Shape letters: B batch, S keys (source positions), D query/key width, Dv value width,
 Dq query width, Dk key width, Hd hidden units of the additive score, E embedding width,
@@ -23,22 +28,38 @@ Hs decoder hidden size.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from coursepkg import attention, rnn
-from coursepkg.checks.ch02_rnn import cell_parameters
-from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks import attention_mistakes as bank
+from coursepkg.checks import masks
+from coursepkg.checks.attention_mistakes import (
+    HINT_MASK_AFTER_SOFTMAX,
+    HINT_MASK_IGNORED,
+    HINT_MASK_INVERTED,
+    HINT_MASK_NAN,
+    HINT_MASK_ZERO,
+    HINT_OUT_KEYS,
+    HINT_SCALE_ON_WEIGHTS,
+    HINT_SOFTMAX_DIM_0,
+    HINT_SOFTMAX_OVERFLOW,
+)
+from coursepkg.checks.core import Args, Task, draw_seed, draw_sizes, hidden, register
+from coursepkg.checks.forbidden import ATTENTION_KERNELS, RECURRENT_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
+    cell_parameters,
     generator,
-    judge_parts,
     normal,
     parts_plain,
+    tensor_judge,
     tensor_plain,
 )
 
@@ -59,6 +80,7 @@ _NO_ATTENTION_LIBRARIES = (
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.MultiheadAttention",
+    *ATTENTION_KERNELS,
 )
 # The decoder step may use the package's lstm_step (chapter 2), not torch's recurrent modules.
 _NO_LIBRARIES_FOR_THE_STEP = (
@@ -67,6 +89,7 @@ _NO_LIBRARIES_FOR_THE_STEP = (
     "torch.nn.LSTMCell",
     "torch.lstm",
     "torch.lstm_cell",
+    *RECURRENT_KERNELS,
 )
 
 
@@ -90,10 +113,6 @@ def _weighted(weights: Tensor, values: Tensor) -> Tensor:
 # Hints shared by the tasks
 # --------------------------------------------------------------------------------------------
 
-HINT_SOFTMAX_DIM = (
-    "Take the softmax over the keys, the last dim (dim=-1): each row's weights must sum to 1 "
-    "over its S keys. Your softmax normalises over the batch (dim=0), mixing different rows."
-)
 HINT_NO_SOFTMAX = (
     "Those are the scores: turn them into weights with a softmax over the keys, "
     "torch.softmax(scores, dim=-1), so that they are positive and sum to 1."
@@ -106,12 +125,7 @@ HINT_NO_EXP = (
     "Dividing the scores by their sum is not a softmax: scores can be negative. Exponentiate "
     "first, softmax(s)_i = exp(s_i) / sum_j exp(s_j), or call torch.softmax(scores, dim=-1)."
 )
-HINT_SOFTMAX_OVERFLOW = (
-    "Your softmax overflows on large scores: exp of a score above about 88 (float32) or 709 "
-    "(float64) is inf, and inf / inf is NaN. Subtract each row's largest score before exp "
-    "(softmax(s) = softmax(s - max(s))), or use torch.softmax, which does that for you."
-)
-HINT_NO_SCALE = (
+HINT_SCALE_IGNORED = (
     "Multiply the scores by scale before the softmax: weights = softmax(scale * scores). "
     "Without it, long vectors give scores so large that the softmax picks a single key."
 )
@@ -122,10 +136,6 @@ HINT_SCALE_DIVIDES = (
 HINT_SCALE_ARGUMENT = (
     "Use the scale you are given, not 1 / sqrt(D) computed yourself: the caller chooses the "
     "scale (1, 1 / sqrt(D), a learned temperature, ...)."
-)
-HINT_SCALE_ON_WEIGHTS = (
-    "The scale multiplies the scores, before the softmax, not the weights after it: "
-    "softmax(scale * scores). Scaled weights no longer sum to 1."
 )
 HINT_SCALE_ON_VALUES = (
     "The scale multiplies the scores, before the softmax, and nothing else: not the values, "
@@ -155,7 +165,7 @@ HINT_SUM_OVER_KEYS = (
     "query.unsqueeze(1)), not over the keys: there is one score per key, (B, S)."
 )
 HINT_WEIGHTS_TRANSPOSED = "The weights are (B, S), one row per query, not (S, B)."
-HINT_WEIGHTS_SHAPE = "Return the weights as (B, S): one weight per key, for every row."
+HINT_ROW_WEIGHTS_SHAPE = "Return the weights as (B, S): one weight per key, for every row."
 
 
 def _weights_shape_hint(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
@@ -171,7 +181,7 @@ def _weights_shape_hint(got: tuple[int, ...], expected: tuple[int, ...]) -> str:
         return HINT_WEIGHTS_TRANSPOSED
     if len(got) == 2 and got[0] == B:
         return HINT_SUM_OVER_KEYS  # (B, D): summed over the keys instead of the features
-    return HINT_WEIGHTS_SHAPE
+    return HINT_ROW_WEIGHTS_SHAPE
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,11 +244,11 @@ def _weights_variants(inputs: tuple) -> list[Variant]:
 
     return [
         (HINT_SOFTMAX_OVERFLOW, lambda: (naive(),), ""),
-        (HINT_SOFTMAX_DIM, lambda: (softmax(scores, 0),), ""),
+        (HINT_SOFTMAX_DIM_0, lambda: (softmax(scores, 0),), ""),
         (HINT_NO_SOFTMAX, lambda: (scores,), ""),
         (HINT_LOG_SOFTMAX, lambda: (torch.log_softmax(scores, dim=-1),), ""),
         (HINT_NO_EXP, lambda: (scores / scores.sum(dim=-1, keepdim=True),), ""),
-        (HINT_NO_SCALE, lambda: (softmax(raw),), ""),
+        (HINT_SCALE_IGNORED, lambda: (softmax(raw),), ""),
         (HINT_SCALE_DIVIDES, lambda: (softmax(raw / scale),), ""),
         (HINT_SCALE_ARGUMENT, lambda: (softmax(raw / math.sqrt(D)),), ""),
         (HINT_SCALE_ON_WEIGHTS, lambda: (scale * softmax(raw),), ""),
@@ -250,30 +260,50 @@ def _weights_shape_hint_3_1(got: list, expected: list, k: int) -> str:
     return _weights_shape_hint(got[0], expected[0])
 
 
-def _judge_weights(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_weights_args(args)
-    return judge_parts([got], [expected], ("weights",), args["dtype"],
-                       lambda: _weights_variants(inputs), _weights_shape_hint_3_1,
-                       HINT_WEIGHTS_GENERIC)
+_judge_weights = tensor_judge(_build_weights_args, ("weights",), _weights_variants,
+                              _weights_shape_hint_3_1, HINT_WEIGHTS_GENERIC)
 
 
-def _weights_case(name: str, seed: int, B: int, S: int, D: int, scale: float, *,
-                  kind: str = "normal", dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "S": S, "D": D, "scale": scale, "kind": kind, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Weights(Args):
+    """A case of task 3.1: query (B, D), keys (B, S, D); ``kind`` "large": scores of about
+    1000, computed exactly."""
+
+    seed: int
+    B: int
+    S: int
+    D: int
+    scale: float
+    kind: str = "normal"
+    dtype: str = "float32"
 
 
 _WEIGHTS_CASES = (
-    _weights_case("2 queries, 5 keys of width 3, scale 1/sqrt(3)", 301, 2, 5, 3, 3**-0.5),
-    _weights_case("3 queries, 4 keys of width 6, scale 1", 302, 3, 4, 6, 1.0),
-    _weights_case("large scores (about 1000): the softmax must not overflow", 303, 2, 3, 3, 1.0,
-                  kind="large"),
-    _weights_case("hidden: float64, scale 0.5", 311, 3, 7, 2, 0.5, dtype="float64",
-                  hidden=True),
-    _weights_case("hidden: a batch of one", 312, 1, 4, 3, 3**-0.5, hidden=True),
-    _weights_case("hidden: a single key", 313, 3, 1, 4, 0.5, hidden=True),
-    _weights_case("hidden: large scores in float64", 314, 4, 6, 5, 1.0, kind="large",
-                  dtype="float64", hidden=True),
+    Weights(301, B=2, S=5, D=3, scale=3**-0.5).case(
+        "2 queries, 5 keys of width 3, scale 1/sqrt(3)"),
+    Weights(302, B=3, S=4, D=6, scale=1.0).case("3 queries, 4 keys of width 6, scale 1"),
+    Weights(303, B=2, S=3, D=3, scale=1.0, kind="large").case(
+        "large scores (about 1000): the softmax must not overflow"),
+)
+
+#: Scales of the hidden cases: neither 1 nor 1 / sqrt(D), which known mistakes compute.
+_SCALES = (0.25, 0.5, 0.75, 1.5, 2.0)
+
+
+def _weights(rng: random.Random, *, B: int | None = None, S: int | None = None,
+             kind: str = "normal", dtype: str = "float32") -> Weights:
+    """A case of task 3.1 drawn from ``rng`` (large scores are computed exactly at scale 1)."""
+    sizes = draw_sizes(rng, 3, 2, 7)
+    return Weights(draw_seed(rng), sizes[0] if B is None else B, sizes[1] if S is None else S,
+                   sizes[2], 1.0 if kind == "large" else rng.choice(_SCALES), kind, dtype)
+
+
+_WEIGHTS_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _weights(rng, dtype="float64")),
+    hidden("hidden: a batch of one", lambda rng: _weights(rng, B=1)),
+    hidden("hidden: a single key", lambda rng: _weights(rng, S=1)),
+    hidden("hidden: large scores in float64",
+           lambda rng: _weights(rng, kind="large", dtype="float64")),
 )
 
 _SCORES_RUNTIME_HINT = (
@@ -289,6 +319,7 @@ register(
         func_name="attention_weights",
         title="Dot-product scores and their softmax, one query per row",
         cases=_WEIGHTS_CASES,
+        hidden=_WEIGHTS_HIDDEN,
         build_args=_build_weights_args,
         reference=attention_weights,
         to_plain=_weights_to_plain,
@@ -306,28 +337,6 @@ register(
 # Task 3.2 masked_attention
 # --------------------------------------------------------------------------------------------
 
-HINT_MASK_AFTER_SOFTMAX = (
-    "Mask BEFORE the softmax: set the scores of masked keys to float('-inf') "
-    "(scores.masked_fill(~mask, float('-inf'))), then take the softmax. Zeroing weights after "
-    "the softmax leaves rows that no longer sum to 1."
-)
-HINT_MASK_ZERO = (
-    "A score of 0 is not 'never': exp(0) = 1, so a masked key still gets weight. Fill the "
-    "masked scores with float('-inf'), whose exp is exactly 0."
-)
-HINT_MASK_NAN = (
-    "Multiplying by the mask to bring in -inf gives 0 * -inf = NaN at the keys you keep: "
-    "select instead, scores.masked_fill(~mask, float('-inf')) or torch.where(mask, scores, "
-    "float('-inf'))."
-)
-HINT_MASK_INVERTED = (
-    "The mask is True where a key MAY be attended to (torch's convention): fill the scores "
-    "where mask is False, masked_fill(~mask, ...), not where it is True."
-)
-HINT_MASK_IGNORED = (
-    "Apply the mask: keys where mask is False (e.g. padding) must get weight exactly 0, via "
-    "the score float('-inf') before the softmax."
-)
 HINT_CONTEXT_MEAN = (
     "The context is the WEIGHTED average of the values, sum_s weights[b, s] * values[b, s], "
     "not their plain mean: the weights are what makes attention pick keys."
@@ -335,10 +344,6 @@ HINT_CONTEXT_MEAN = (
 HINT_CONTEXT_MEAN_OF_PRODUCTS = (
     "Sum the weighted values over the keys, do not average them: the weights already sum to "
     "1, so sum_s weights[b, s] * values[b, s] is the average."
-)
-HINT_CONTEXT_KEYS = (
-    "The context averages the VALUES with the weights, not the keys: the keys only decide "
-    "the weights."
 )
 HINT_CONTEXT_BATCH = (
     "weights @ values with weights (B, S) multiplies every row's weights with every row's "
@@ -350,61 +355,60 @@ HINT_CONTEXT_NOT_SUMMED = (
     "key; the context is their sum over S, (B, Dv)."
 )
 HINT_CONTEXT_KEEPDIM = "The context is (B, Dv): remove the axis of length 1, .squeeze(1)."
-HINT_PAIR_ORDER = "Return the pair in the order (context, weights)."
+HINT_CONTEXT_ORDER = "Return the pair in the order (context, weights)."
 HINT_CONTEXT_SHAPE = "The context is one vector per row, (B, Dv), like a value."
 HINT_ATTEND_GENERIC = (
-    "scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1); set masked scores to "
-    "float('-inf'); weights = softmax over dim=-1; context = weights.unsqueeze(1) @ values, "
-    "squeezed to (B, Dv). Return (context, weights)."
+    "Score each key of a row with the row's own query, times scale; set the masked scores to "
+    "float('-inf'); the weights are their softmax over the keys (dim=-1); the context is the "
+    "values averaged with the weights, (B, Dv). Return (context, weights)."
 )
 
 _Attend = Callable[[Tensor, Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
 
 
+def _one_query(f: bank.Attention) -> _Attend:
+    """A mistake of the bank of attention mistakes, on one query per row: the query (B, D) is a
+    sequence of one, (B, 1, D), and the mask (B, S) a (B, 1, S) one."""
+
+    def g(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
+          scale: float) -> tuple[Tensor, Tensor]:
+        out, weights = f(query.unsqueeze(-2), keys, values, mask.unsqueeze(-2), scale=scale)
+        return out.squeeze(-2), weights.squeeze(-2)
+
+    return g
+
+
 def _attention_mistakes() -> list[tuple[str, _Attend]]:
     """Known wrong ``f(query, keys, values, mask, scale) -> (context, weights)``, most specific
-    first."""
-    inf = float("-inf")
+    first: the bank's mistakes of the mask and the softmax, and this chapter's of the scale
+    argument and of the context."""
 
     def scores_of(query: Tensor, keys: Tensor) -> Tensor:
         return (keys @ query.unsqueeze(-1)).squeeze(-1)  # (B, S), unscaled
 
     def masked(scores: Tensor, mask: Tensor) -> Tensor:
-        return scores.masked_fill(~mask, inf)
-
-    def softmax(x: Tensor, dim: int = -1) -> Tensor:
-        return torch.softmax(x, dim=dim)
+        return scores.masked_fill(~mask, float("-inf"))
 
     def right_weights(q, k, mask, scale):
-        return softmax(masked(scale * scores_of(q, k), mask))
-
-    def mask_after(q, k, v, mask, scale):
-        weights = softmax(scale * scores_of(q, k)) * mask
-        return _weighted(weights, v), weights
+        return torch.softmax(masked(scale * scores_of(q, k), mask), dim=-1)
 
     def mask_after_context_unmasked(q, k, v, mask, scale):
-        weights = softmax(scale * scores_of(q, k))
+        weights = torch.softmax(scale * scores_of(q, k), dim=-1)
         return _weighted(weights, v), weights * mask
 
-    def fill(value_of: Callable[[Tensor, Tensor], Tensor], *, unscaled: bool = False,
-             dim: int = -1) -> _Attend:
+    def scaled(factor: Callable[[float], float]) -> _Attend:
         def f(q, k, v, mask, scale):
-            scores = scores_of(q, k) if unscaled else scale * scores_of(q, k)
-            weights = softmax(value_of(scores, mask), dim)
+            weights = torch.softmax(masked(factor(scale) * scores_of(q, k), mask), dim=-1)
             return _weighted(weights, v), weights
         return f
 
     def scale_on_values(q, k, v, mask, scale):
-        weights = softmax(masked(scores_of(q, k), mask))
+        weights = torch.softmax(masked(scores_of(q, k), mask), dim=-1)
         return _weighted(weights, scale * v), weights
 
     def scale_on_context(q, k, v, mask, scale):
         weights = right_weights(q, k, mask, scale)
         return scale * _weighted(weights, v), weights
-
-    def scale_on_weights(q, k, v, mask, scale):
-        weights = scale * softmax(masked(scores_of(q, k), mask))
-        return _weighted(weights, v), weights
 
     def context(which: str) -> _Attend:
         def f(q, k, v, mask, scale):
@@ -412,29 +416,28 @@ def _attention_mistakes() -> list[tuple[str, _Attend]]:
             plain = {
                 "mean": lambda: v.mean(dim=1),
                 "masked mean": lambda: _weighted(_one_per_row(mask).to(v.dtype), v),
-                "keys": lambda: _weighted(weights, k),
                 "mean of products": lambda: (weights.unsqueeze(-1) * v).mean(dim=1),
             }[which]()
             return plain, weights
         return f
 
     return [
-        (HINT_MASK_AFTER_SOFTMAX, mask_after),
+        (HINT_MASK_AFTER_SOFTMAX, _one_query(bank.mask_after_softmax)),
         (HINT_MASK_AFTER_SOFTMAX, mask_after_context_unmasked),
-        (HINT_MASK_ZERO, fill(lambda s, m: s.masked_fill(~m, 0.0))),
-        (HINT_MASK_NAN, fill(lambda s, m: s * m + (~m) * inf)),
-        (HINT_MASK_INVERTED, fill(lambda s, m: s.masked_fill(m, inf))),
-        (HINT_MASK_IGNORED, fill(lambda s, m: s)),
-        (HINT_SOFTMAX_DIM, fill(masked, dim=0)),
+        (HINT_MASK_ZERO, _one_query(bank.masked(fill=0.0))),
+        (HINT_MASK_NAN, _one_query(bank.mask_times_inf)),
+        (HINT_MASK_INVERTED, _one_query(bank.masked(invert=True))),
+        (HINT_MASK_IGNORED, _one_query(bank.mask_ignored)),
+        (HINT_SOFTMAX_DIM_0, _one_query(bank.masked(dim=0))),
         (HINT_SCALE_ON_VALUES, scale_on_values),
         (HINT_SCALE_ON_VALUES, scale_on_context),
-        (HINT_SCALE_ON_WEIGHTS, scale_on_weights),
-        (HINT_NO_SCALE, fill(masked, unscaled=True)),
-        (HINT_SCALE_DIVIDES, lambda q, k, v, m, scale: fill(masked)(q, k, v, m, 1 / scale)),
+        (HINT_SCALE_ON_WEIGHTS, _one_query(bank.scale_on_weights)),
+        (HINT_SCALE_IGNORED, scaled(lambda scale: 1.0)),
+        (HINT_SCALE_DIVIDES, scaled(lambda scale: 1 / scale)),
         (HINT_CONTEXT_MEAN, context("mean")),
         (HINT_CONTEXT_MEAN, context("masked mean")),
         (HINT_CONTEXT_MEAN_OF_PRODUCTS, context("mean of products")),
-        (HINT_CONTEXT_KEYS, context("keys")),
+        (HINT_OUT_KEYS, _one_query(bank.output_of(lambda weights, k, v: weights @ k))),
     ]
 
 
@@ -444,7 +447,9 @@ def _build_attend_args(args: dict) -> tuple:
     query = normal(gen, (B, D), 1.0, dtype)
     keys = normal(gen, (B, S, D), 1.0, dtype)
     values = normal(gen, (B, S, Dv), 1.0, dtype)
-    mask = torch.tensor(args["mask"], dtype=torch.bool).reshape(B, S)
+    if args["values_are_keys"]:  # attend(query, keys, keys): one tensor, twice
+        values = keys
+    mask = masks.as_tensor(args["mask"]).reshape(B, S)
     return query, keys, values, mask, float(args["scale"])
 
 
@@ -470,7 +475,7 @@ def _attend_to_plain(value: object) -> list[dict]:
 def _attend_shape_hint(got: list, expected: list, k: int) -> str:
     (B, Dv), (_, S) = expected
     if got[0] == (B, S) and got[1] == (B, Dv):
-        return HINT_PAIR_ORDER
+        return HINT_CONTEXT_ORDER
     if k == 1:
         return _weights_shape_hint(got[1], expected[1])
     shape = got[0]
@@ -481,52 +486,80 @@ def _attend_shape_hint(got: list, expected: list, k: int) -> str:
     if shape == (B, 1, Dv):
         return HINT_CONTEXT_KEEPDIM
     if len(shape) == 2 and shape[0] == B:
-        return HINT_CONTEXT_KEYS  # (B, D): the keys averaged
+        return HINT_OUT_KEYS  # (B, D): the keys averaged
     return HINT_CONTEXT_SHAPE
 
 
-def _judge_attend(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_attend_args(args)
-
+def _attend_variants(inputs: tuple) -> list[Variant]:
     def swapped() -> tuple[Tensor, Tensor]:
         context, weights = masked_attention(*inputs)
         return weights, context
 
-    def variants() -> list[Variant]:
-        known = [(hint, lambda f=f: f(*inputs), "") for hint, f in _attention_mistakes()]
-        return [(HINT_PAIR_ORDER, swapped, ""), *known]
-
-    return judge_parts(list(got), list(expected), ("context", "weights"), args["dtype"],
-                       variants, _attend_shape_hint, HINT_ATTEND_GENERIC)
+    known = [(hint, lambda f=f: f(*inputs), "") for hint, f in _attention_mistakes()]
+    return [(HINT_CONTEXT_ORDER, swapped, ""), *known]
 
 
-def _mask(*rows: str) -> list[list[bool]]:
-    """``_mask("110", "100")`` -> [[True, True, False], [True, False, False]]."""
-    return [[ch == "1" for ch in row] for row in rows]
+_judge_attend = tensor_judge(_build_attend_args, ("context", "weights"), _attend_variants,
+                             _attend_shape_hint, HINT_ATTEND_GENERIC)
 
 
-def _attend_case(name: str, seed: int, D: int, Dv: int, mask: list[list[bool]], scale: float,
-                 *, dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": len(mask), "S": len(mask[0]), "D": D, "Dv": Dv, "mask": mask,
-            "scale": scale, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Attend(Args):
+    """A case of task 3.2: query (B, D), keys (B, S, D), values (B, S, Dv) or the keys
+    themselves, the (B, S) mask."""
+
+    seed: int
+    D: int
+    Dv: int
+    mask: list
+    scale: float
+    values_are_keys: bool = False
+    dtype: str = "float32"
+
+    def plain(self) -> dict:
+        return {**super().plain(), "B": len(self.mask), "S": len(self.mask[0])}
 
 
 _ATTEND_CASES = (
-    _attend_case("2 rows of 4 keys; the second row may attend to one key only", 321, 3, 5,
-                 _mask("1101", "0010"), 3**-0.5),
-    _attend_case("a right-padded batch, lengths [5, 3, 1]", 322, 4, 2,
-                 _mask("11111", "11100", "10000"), 0.5),
-    _attend_case("no key masked", 323, 2, 3, _mask("111", "111", "111"), 1.0),
-    _attend_case("values as wide as the keys (Dv = D)", 324, 4, 4,
-                 _mask("101101", "011010"), 0.5),
-    _attend_case("hidden: float64, a padded batch with a full row", 331, 3, 6,
-                 _mask("1100000", "1111111", "1111000", "1000000"), 3**-0.5, dtype="float64",
-                 hidden=True),
-    _attend_case("hidden: a batch of one", 332, 5, 3, _mask("01101"), 0.5, hidden=True),
-    _attend_case("hidden: a single key", 333, 3, 4, _mask("1", "1", "1"), 3**-0.5, hidden=True),
-    _attend_case("hidden: one allowed key per row", 334, 2, 5,
-                 _mask("0010", "1000", "0001"), 1.0, hidden=True),
+    Attend(321, D=3, Dv=5, mask=masks.rows("1101", "0010"), scale=3**-0.5).case(
+        "2 rows of 4 keys; the second row may attend to one key only"),
+    Attend(322, D=4, Dv=2, mask=masks.rows("11111", "11100", "10000"), scale=0.5).case(
+        "a right-padded batch, lengths [5, 3, 1]"),
+    Attend(323, D=2, Dv=3, mask=masks.rows("111", "111", "111"), scale=1.0).case(
+        "no key masked"),
+    Attend(324, D=4, Dv=4, mask=masks.rows("101101", "011010"), scale=0.5).case(
+        "values as wide as the keys (Dv = D)"),
+    Attend(325, D=3, Dv=3, mask=masks.rows("1110", "1101", "0111"), scale=0.5,
+           values_are_keys=True).case(
+        "the keys are also the values, one tensor passed twice as in attend(query, keys, keys)"),
+)
+
+
+def _attend(rng: random.Random, mask: list, *, values_are_keys: bool = False,
+            dtype: str = "float32") -> Attend:
+    """A case of task 3.2 with ``mask``, drawn from ``rng``."""
+    D, Dv = draw_sizes(rng, 2, 2, 6)
+    return Attend(draw_seed(rng), D, D if values_are_keys else Dv, mask, rng.choice(_SCALES),
+                  values_are_keys, dtype)
+
+
+def _padded(rng: random.Random) -> list:
+    S = rng.randint(5, 8)
+    return masks.padding(masks.random_lengths(rng, rng.randint(3, 4), S), S, ones=0)
+
+
+_ATTEND_HIDDEN = (
+    hidden("hidden: float64, a padded batch with a full row",
+           lambda rng: _attend(rng, _padded(rng), dtype="float64")),
+    hidden("hidden: a batch of one",
+           lambda rng: _attend(rng, masks.random_rows(rng, 1, rng.randint(4, 6)))),
+    hidden("hidden: a single key", lambda rng: _attend(rng, [[True]] * rng.randint(2, 4))),
+    hidden("hidden: one allowed key per row",
+           lambda rng: _attend(rng, masks.random_rows(rng, rng.randint(2, 4), rng.randint(3, 6),
+                                                      per_row=1))),
+    hidden("hidden: the keys are also the values",
+           lambda rng: _attend(rng, masks.random_rows(rng, rng.randint(2, 4), rng.randint(3, 6)),
+                               values_are_keys=True)),
 )
 
 register(
@@ -536,6 +569,7 @@ register(
         func_name="masked_attention",
         title="Dot-product attention with a mask: the context and the weights",
         cases=_ATTEND_CASES,
+        hidden=_ATTEND_HIDDEN,
         build_args=_build_attend_args,
         reference=masked_attention,
         to_plain=_attend_to_plain,
@@ -667,27 +701,45 @@ def _additive_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_ADDITIVE_SHAPE
 
 
-def _judge_additive(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_additive_args(args)
-    return judge_parts([got], [expected], ("scores",), args["dtype"],
-                       lambda: _additive_variants(inputs), _additive_shape_hint,
-                       HINT_ADDITIVE_GENERIC)
+_judge_additive = tensor_judge(_build_additive_args, ("scores",), _additive_variants,
+                               _additive_shape_hint, HINT_ADDITIVE_GENERIC)
 
 
-def _additive_case(name: str, seed: int, B: int, S: int, Dq: int, Dk: int, Hd: int, *,
-                   dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "S": S, "Dq": Dq, "Dk": Dk, "Hd": Hd, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Additive(Args):
+    """A case of task 3.3: query (B, Dq), keys (B, S, Dk), Hd hidden units."""
+
+    seed: int
+    B: int
+    S: int
+    Dq: int
+    Dk: int
+    Hd: int
+    dtype: str = "float32"
 
 
 _ADDITIVE_CASES = (
-    _additive_case("2 rows of 5 keys; Dq = 3, Dk = 4, Hd = 6", 341, 2, 5, 3, 4, 6),
-    _additive_case("every width 4 (Dq = Dk = Hd), 3 rows of 3 keys", 342, 3, 3, 4, 4, 4),
-    _additive_case("the decoder's widths: Dk = 2 Dq, Hd = Dq", 343, 4, 6, 5, 10, 5),
-    _additive_case("hidden: float64", 351, 3, 4, 2, 6, 5, dtype="float64", hidden=True),
-    _additive_case("hidden: a batch of one", 352, 1, 5, 3, 3, 4, hidden=True),
-    _additive_case("hidden: a single key", 353, 3, 1, 4, 2, 3, hidden=True),
-    _additive_case("hidden: larger sizes", 354, 8, 12, 16, 32, 24, hidden=True),
+    Additive(341, B=2, S=5, Dq=3, Dk=4, Hd=6).case("2 rows of 5 keys; Dq = 3, Dk = 4, Hd = 6"),
+    Additive(342, B=3, S=3, Dq=4, Dk=4, Hd=4).case(
+        "every width 4 (Dq = Dk = Hd), 3 rows of 3 keys"),
+    Additive(343, B=4, S=6, Dq=5, Dk=10, Hd=5).case("the decoder's widths: Dk = 2 Dq, Hd = Dq"),
+)
+
+
+def _additive(rng: random.Random, *, B: int | None = None, S: int | None = None,
+              large: bool = False, dtype: str = "float32") -> Additive:
+    """A case of task 3.3 drawn from ``rng``: three different widths."""
+    low, high = (12, 32) if large else (2, 6)
+    B = (rng.randint(6, 10) if large else rng.randint(2, 4)) if B is None else B
+    S = (rng.randint(8, 14) if large else rng.randint(2, 6)) if S is None else S
+    return Additive(draw_seed(rng), B, S, *draw_sizes(rng, 3, low, high), dtype=dtype)
+
+
+_ADDITIVE_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _additive(rng, dtype="float64")),
+    hidden("hidden: a batch of one", lambda rng: _additive(rng, B=1)),
+    hidden("hidden: a single key", lambda rng: _additive(rng, S=1)),
+    hidden("hidden: larger sizes", lambda rng: _additive(rng, large=True)),
 )
 
 register(
@@ -697,6 +749,7 @@ register(
         func_name="additive_scores",
         title="The additive (MLP, Bahdanau) score v^T tanh(W_q q + W_k k + b) of every key",
         cases=_ADDITIVE_CASES,
+        hidden=_ADDITIVE_HIDDEN,
         build_args=_build_additive_args,
         reference=attention.additive_scores,
         to_plain=_additive_to_plain,
@@ -874,30 +927,54 @@ def _step_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_STEP_SHAPE
 
 
-def _judge_step(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_step_args(args)
-    return judge_parts(list(got), list(expected), _STEP_NAMES, args["dtype"],
-                       lambda: _step_variants(inputs), _step_shape_hint, HINT_STEP_GENERIC)
+_judge_step = tensor_judge(_build_step_args, _STEP_NAMES, _step_variants, _step_shape_hint,
+                           HINT_STEP_GENERIC)
 
 
-def _step_case(name: str, seed: int, lengths: list[int], S: int, E: int, Hs: int, Dv: int, *,
-               dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": len(lengths), "S": S, "E": E, "Hs": Hs, "Dv": Dv,
-            "lengths": lengths, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Step(Args):
+    """A case of task 3.4: B = len(lengths) sources of S positions (the first ``lengths[b]``
+    real), embeddings of width E, a decoder of Hs units, encoder states of width Dv."""
+
+    seed: int
+    lengths: tuple[int, ...]
+    S: int
+    E: int
+    Hs: int
+    Dv: int
+    dtype: str = "float32"
+
+    def plain(self) -> dict:
+        return {**super().plain(), "B": len(self.lengths)}
 
 
 _STEP_CASES = (
-    _step_case("2 sources of lengths [5, 3]; E = 3, Hs = 4, Dv = 6", 361, [5, 3], 5, 3, 4, 6),
-    _step_case("every width 4 (E = Hs = Dv), lengths [4, 2, 3]", 362, [4, 2, 3], 4, 4, 4, 4),
-    _step_case("the model's widths, Dv = 2 Hs; lengths [6, 1, 4, 2]", 363, [6, 1, 4, 2], 6, 5,
-               3, 6),
-    _step_case("hidden: float64", 371, [3, 5, 2], 5, 4, 6, 12, dtype="float64", hidden=True),
-    _step_case("hidden: a batch of one", 372, [4], 6, 3, 5, 10, hidden=True),
-    _step_case("hidden: a one-token source", 373, [1, 1], 1, 4, 3, 6, hidden=True),
-    _step_case("hidden: larger sizes", 374, [12, 3, 7, 12, 1, 9, 10, 5], 12, 8, 16, 32,
-               hidden=True),
-    _step_case("hidden: no padding", 375, [5, 5, 5], 5, 2, 4, 8, hidden=True),
+    Step(361, (5, 3), S=5, E=3, Hs=4, Dv=6).case(
+        "2 sources of lengths [5, 3]; E = 3, Hs = 4, Dv = 6"),
+    Step(362, (4, 2, 3), S=4, E=4, Hs=4, Dv=4).case(
+        "every width 4 (E = Hs = Dv), lengths [4, 2, 3]"),
+    Step(363, (6, 1, 4, 2), S=6, E=5, Hs=3, Dv=6).case(
+        "the model's widths, Dv = 2 Hs; lengths [6, 1, 4, 2]"),
+)
+
+
+def _step(rng: random.Random, B: int, S: int, *, large: bool = False, padded: bool = True,
+          full: bool = True, dtype: str = "float32") -> Step:
+    """A case of task 3.4 drawn from ``rng``, with the model's widths (Dv = 2 Hs)."""
+    E, Hs = draw_sizes(rng, 2, 8, 16) if large else draw_sizes(rng, 2, 2, 6)
+    lengths = masks.random_lengths(rng, B, S, full=full) if padded else [S] * B
+    return Step(draw_seed(rng), tuple(lengths), S, E, Hs, 2 * Hs, dtype)
+
+
+_STEP_HIDDEN = (
+    hidden("hidden: float64",
+           lambda rng: _step(rng, rng.randint(2, 4), rng.randint(4, 6), dtype="float64")),
+    hidden("hidden: a batch of one", lambda rng: _step(rng, 1, rng.randint(4, 7), full=False)),
+    hidden("hidden: a one-token source", lambda rng: _step(rng, rng.randint(2, 3), 1)),
+    hidden("hidden: larger sizes",
+           lambda rng: _step(rng, rng.randint(6, 9), rng.randint(10, 14), large=True)),
+    hidden("hidden: no padding",
+           lambda rng: _step(rng, rng.randint(2, 4), rng.randint(3, 6), padded=False)),
 )
 
 register(
@@ -907,6 +984,7 @@ register(
         func_name="decoder_step",
         title="One decoder step: attend with the previous state, feed the context to the LSTM",
         cases=_STEP_CASES,
+        hidden=_STEP_HIDDEN,
         build_args=_build_step_args,
         reference=decoder_step,
         to_plain=_step_to_plain,

@@ -16,13 +16,18 @@ Task 5.3 may call chapter 4's ``coursepkg.self_attention.scaled_dot_product_atte
 previous exercise set had the student write it), but not ``coursepkg.multihead``, torch's fused
 attention or its multi-head module.
 
-Cases, plain values and judging work as in chapters 3 and 4 (:mod:`coursepkg.checks.tensors`).
-The cases are made so that the usual mistakes change the numbers: in one public case of each
-reshaping task every size is 2, so that a transposition of the wrong axes keeps the shape and
-is named from the values; D and Dh differ (a scale by sqrt(D) shows); T and S differ in the
-cross-attention cases; one public case has a (B, T, S) mask with B = H, so a mask that is not
-unsqueezed runs and is named. The masks are plain nested lists: a checks module does no tensor
-work when it is imported (the grader forks its workers from a process that imported it).
+Cases, plain values and judging work as in chapters 3 and 4 (:mod:`coursepkg.checks.tensors`);
+the attention in each head is judged with the course's bank of attention mistakes
+(:mod:`coursepkg.checks.attention_mistakes`). The cases are made so that the usual mistakes
+change the numbers: in one public case of each reshaping task every size is 2, so that a
+transposition of the wrong axes keeps the shape and is named from the values; D and Dh differ (a
+scale by sqrt(D) shows); T and S differ in the cross-attention cases; one public case has a
+(B, T, S) mask with B = H, so a mask that is not unsqueezed runs and is named; the
+self-attention cases pass one tensor as query, key and value, as the chapter calls the layer.
+The masks are plain nested lists (:mod:`coursepkg.checks.masks`): a checks module does no
+tensor work when it is imported (the grader forks its workers from a process that imported it).
+The hidden cases' generators draw the seeds, the sizes and the masks from the grader's random
+generator.
 
 Shape letters: B batch, T queries, S keys, D model width, H heads, Dh = D // H.
 """
@@ -31,29 +36,28 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from coursepkg.checks.ch04_self_attention import (
-    HINT_PAIR_ORDER,
-    _attend_by,
-    _attention_mistakes,
-    _causal,
-    _padding,
-    _rows,
-)
-from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks import attention_mistakes as bank
+from coursepkg.checks import masks
+from coursepkg.checks.attention_mistakes import HINT_PAIR_ORDER
+from coursepkg.checks.core import Args, Task, draw_seed, draw_sizes, hidden, register
+from coursepkg.checks.forbidden import ATTENTION_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
     generator,
-    judge_parts,
     normal,
     parts_plain,
+    tensor_judge,
     tensor_plain,
+    with_weights,
 )
 from coursepkg.multihead import MultiHeadAttention, merge_heads, split_heads
 from coursepkg.self_attention import scaled_dot_product_attention
@@ -72,6 +76,7 @@ _NO_MULTIHEAD_LIBRARIES = (
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.MultiheadAttention",
+    *ATTENTION_KERNELS,
 )
 
 _PERMUTATIONS = tuple(itertools.permutations(range(4)))
@@ -182,28 +187,56 @@ def _split_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_SPLIT_SHAPE
 
 
-def _judge_split(got: object, expected: object, args: dict) -> Verdict:
-    x, H = _build_split_args(args)
-    return judge_parts([got], [expected], ("heads",), args["dtype"],
-                       lambda: _split_variants(x, H), _split_shape_hint, HINT_SPLIT_GENERIC)
+_judge_split = tensor_judge(_build_split_args, ("heads",), lambda inputs: _split_variants(*inputs),
+                            _split_shape_hint, HINT_SPLIT_GENERIC)
 
 
-def _split_case(name: str, seed: int, B: int, T: int, D: int, H: int, *,
-                dtype: str = "float32", layout: str = "contiguous", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "T": T, "D": D, "H": H, "dtype": dtype, "layout": layout}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Split(Args):
+    """A case of task 5.1: x (B, T, D) cut into H heads; ``layout`` "transposed": x is a view of
+    a (B, D, T) tensor, its features not contiguous in memory."""
+
+    seed: int
+    B: int
+    T: int
+    D: int
+    H: int
+    dtype: str = "float32"
+    layout: str = "contiguous"
 
 
 _SPLIT_CASES = (
-    _split_case("2 sequences of 5 vectors, D = 6 cut into 2 heads of width 3", 501, 2, 5, 6, 2),
-    _split_case("every size 2 (B = T = H = Dh = 2, D = 4)", 502, 2, 2, 4, 2),
-    _split_case("one sequence of 3 vectors, D = 8 cut into 4 heads of width 2", 503, 1, 3, 8, 4),
-    _split_case("hidden: float64", 511, 2, 4, 6, 3, dtype="float64", hidden=True),
-    _split_case("hidden: one head (H = 1)", 512, 3, 4, 5, 1, hidden=True),
-    _split_case("hidden: heads of width 1 (H = D)", 513, 2, 3, 4, 4, hidden=True),
-    _split_case("hidden: an input that is not contiguous in memory", 514, 2, 5, 6, 2,
-                layout="transposed", hidden=True),
-    _split_case("hidden: larger sizes", 515, 3, 7, 32, 8, hidden=True),
+    Split(501, B=2, T=5, D=6, H=2).case(
+        "2 sequences of 5 vectors, D = 6 cut into 2 heads of width 3"),
+    Split(502, B=2, T=2, D=4, H=2).case("every size 2 (B = T = H = Dh = 2, D = 4)"),
+    Split(503, B=1, T=3, D=8, H=4).case(
+        "one sequence of 3 vectors, D = 8 cut into 4 heads of width 2"),
+)
+
+
+def _heads(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
+           large: bool = False) -> tuple[int, int]:
+    """(H, Dh) drawn from ``rng``, different from each other unless one is given."""
+    if large:
+        return rng.choice([4, 8]), rng.choice([4, 8])
+    H_, Dh_ = draw_sizes(rng, 2, 2, 5)
+    return (H_ if H is None else H), (Dh_ if Dh is None else Dh)
+
+
+def _split(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
+           large: bool = False, dtype: str = "float32", layout: str = "contiguous") -> Split:
+    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
+    B, T = (rng.randint(2, 4), rng.randint(6, 10)) if large else draw_sizes(rng, 2, 2, 6)
+    return Split(draw_seed(rng), B, T, H * Dh, H, dtype, layout)
+
+
+_SPLIT_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _split(rng, dtype="float64")),
+    hidden("hidden: one head (H = 1)", lambda rng: _split(rng, H=1)),
+    hidden("hidden: heads of width 1 (H = D)", lambda rng: _split(rng, Dh=1)),
+    hidden("hidden: an input that is not contiguous in memory",
+           lambda rng: _split(rng, layout="transposed")),
+    hidden("hidden: larger sizes", lambda rng: _split(rng, large=True)),
 )
 
 register(
@@ -213,6 +246,7 @@ register(
         func_name="split_heads",
         title="Split (B, T, D) into H heads of width Dh: (B, H, T, Dh)",
         cases=_SPLIT_CASES,
+        hidden=_SPLIT_HIDDEN,
         build_args=_build_split_args,
         reference=split_heads,
         to_plain=_split_to_plain,
@@ -235,8 +269,8 @@ register(
 # --------------------------------------------------------------------------------------------
 
 HINT_MERGE_NO_TRANSPOSE = (
-    "Move the heads back next to the features before reshaping: x.transpose(1, 2) gives "
-    "(B, T, H, Dh), and only then .reshape(B, T, H * Dh). Reshaping (B, H, T, Dh) directly "
+    "Move the heads back next to the features before reshaping: swap dims 1 and 2 to get "
+    "(B, T, H, Dh), and only then flatten the last two. Reshaping (B, H, T, Dh) directly "
     "mixes the heads with time: row t of the result holds pieces of other positions."
 )
 HINT_MERGE_INTERLEAVED = (
@@ -245,8 +279,8 @@ HINT_MERGE_INTERLEAVED = (
     "...): go through (B, T, H, Dh), not (B, T, Dh, H)."
 )
 HINT_MERGE_WRONG_AXES = (
-    "Swap the head and time axes back, dims 1 and 2: x.transpose(1, 2) is (B, T, H, Dh); then "
-    ".reshape(B, T, H * Dh). Your transposition moves other axes."
+    "Swap the head and time axes back, dims 1 and 2, which gives (B, T, H, Dh), then flatten "
+    "the last two. Your transposition moves other axes."
 )
 HINT_MERGE_NOT_FLAT = (
     "Flatten the heads into the features: (B, T, H, Dh) -> (B, T, H * Dh) with "
@@ -257,15 +291,16 @@ HINT_MERGE_REDUCED = (
     "head keeping its own Dh features."
 )
 HINT_MERGE_STACKED = (
-    "Concatenate along the features, the last dim: x.transpose(1, 2).reshape(B, T, H * Dh), "
-    "or torch.cat(x.unbind(1), dim=-1). Yours stacks the heads along time or the batch."
+    "Concatenate along the features, the last dim: head 0's Dh features, then head 1's, ... "
+    "for every position. Yours stacks the heads along time or the batch."
 )
 HINT_MERGE_SHAPE = "Return (B, T, H * Dh): one row per position, the heads side by side."
 HINT_MERGE_GENERIC = (
-    "out[b, t, h*Dh:(h+1)*Dh] must be x[b, h, t]: x.transpose(1, 2).reshape(B, T, H * Dh)."
+    "out[b, t, h*Dh:(h+1)*Dh] must be x[b, h, t]: bring the head axis next to the features, "
+    "then flatten the two."
 )
 HINT_MERGE_VIEW = (
-    "x.transpose(1, 2) is a view with the strides of (B, H, T, Dh): its memory is no longer "
+    "A transposed tensor is a view with the strides of (B, H, T, Dh): its memory is no longer "
     "in (B, T, H, Dh) order, so .view(B, T, H * Dh) cannot merge its last two dims. Use "
     ".reshape(B, T, H * Dh) (it copies when it must) or .contiguous().view(B, T, H * Dh)."
 )
@@ -322,28 +357,45 @@ def _merge_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_MERGE_SHAPE
 
 
-def _judge_merge(got: object, expected: object, args: dict) -> Verdict:
-    (x,) = _build_merge_args(args)
-    return judge_parts([got], [expected], ("out",), args["dtype"], lambda: _merge_variants(x),
-                       _merge_shape_hint, HINT_MERGE_GENERIC)
+_judge_merge = tensor_judge(_build_merge_args, ("out",), lambda inputs: _merge_variants(*inputs),
+                            _merge_shape_hint, HINT_MERGE_GENERIC)
 
 
-def _merge_case(name: str, seed: int, B: int, H: int, T: int, Dh: int, *,
-                dtype: str = "float32", layout: str = "contiguous", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "H": H, "T": T, "Dh": Dh, "dtype": dtype, "layout": layout}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Merge(Args):
+    """A case of task 5.2: x (B, H, T, Dh); ``layout`` "transposed": x is a view of a
+    (B, T, H, Dh) tensor, as split_heads returns it."""
+
+    seed: int
+    B: int
+    H: int
+    T: int
+    Dh: int
+    dtype: str = "float32"
+    layout: str = "contiguous"
 
 
 _MERGE_CASES = (
-    _merge_case("2 sequences, 2 heads of 5 positions, Dh = 3", 521, 2, 2, 5, 3),
-    _merge_case("every size 2 (B = H = T = Dh = 2)", 522, 2, 2, 2, 2),
-    _merge_case("one sequence, 4 heads of 3 positions, Dh = 2", 523, 1, 4, 3, 2),
-    _merge_case("hidden: float64", 531, 2, 3, 4, 2, dtype="float64", hidden=True),
-    _merge_case("hidden: one head (H = 1)", 532, 3, 1, 4, 5, hidden=True),
-    _merge_case("hidden: heads of width 1 (Dh = 1)", 533, 2, 4, 3, 1, hidden=True),
-    _merge_case("hidden: the heads as split_heads returns them (a transposed view)", 534,
-                2, 2, 5, 3, layout="transposed", hidden=True),
-    _merge_case("hidden: larger sizes", 535, 3, 8, 7, 4, hidden=True),
+    Merge(521, B=2, H=2, T=5, Dh=3).case("2 sequences, 2 heads of 5 positions, Dh = 3"),
+    Merge(522, B=2, H=2, T=2, Dh=2).case("every size 2 (B = H = T = Dh = 2)"),
+    Merge(523, B=1, H=4, T=3, Dh=2).case("one sequence, 4 heads of 3 positions, Dh = 2"),
+)
+
+
+def _merge(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
+           large: bool = False, dtype: str = "float32", layout: str = "contiguous") -> Merge:
+    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
+    B, T = (rng.randint(2, 4), rng.randint(6, 10)) if large else draw_sizes(rng, 2, 2, 6)
+    return Merge(draw_seed(rng), B, H, T, Dh, dtype, layout)
+
+
+_MERGE_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _merge(rng, dtype="float64")),
+    hidden("hidden: one head (H = 1)", lambda rng: _merge(rng, H=1)),
+    hidden("hidden: heads of width 1 (Dh = 1)", lambda rng: _merge(rng, Dh=1)),
+    hidden("hidden: the heads as split_heads returns them (a transposed view)",
+           lambda rng: _merge(rng, layout="transposed")),
+    hidden("hidden: larger sizes", lambda rng: _merge(rng, large=True)),
 )
 
 register(
@@ -353,6 +405,7 @@ register(
         func_name="merge_heads",
         title="Merge (B, H, T, Dh) back into (B, T, H * Dh), the inverse of split_heads",
         cases=_MERGE_CASES,
+        hidden=_MERGE_HIDDEN,
         build_args=_build_merge_args,
         reference=merge_heads,
         to_plain=_merge_to_plain,
@@ -379,8 +432,9 @@ HINT_NO_OUT_PROJ = (
 )
 HINT_OUT_BIAS = "Add out_proj_bias after the output projection (when it is not None)."
 HINT_IN_BIAS = (
-    "Add the input projections' biases: b_q, b_k, b_v = in_proj_bias.chunk(3), so q = "
-    "query @ w_q.T + b_q, and likewise k and v (when in_proj_bias is not None)."
+    "Add the input projections' biases: in_proj_bias (3D,) holds b_q, b_k and b_v stacked like "
+    "the weights, so q = query @ w_q.T + b_q, and likewise k and v (when in_proj_bias is not "
+    "None)."
 )
 HINT_SCALE_D_HEAD = (
     "Scale the scores by sqrt(d_head), the width of one head (Dh = D // n_heads, "
@@ -388,9 +442,9 @@ HINT_SCALE_D_HEAD = (
     "of Dh numbers."
 )
 HINT_CHUNK_ORDER = (
-    "in_proj_weight (3D, D) stacks W^Q, W^K, W^V in this order: w_q, w_k, w_v = "
-    "in_proj_weight.chunk(3) (rows 0..D-1 make the queries), and in_proj_bias alike. Your "
-    "function takes them in another order."
+    "in_proj_weight (3D, D) stacks W^Q, W^K, W^V in this order: rows 0..D-1 make the queries, "
+    "rows D..2D-1 the keys, the last D rows the values, and in_proj_bias alike. Your function "
+    "takes them in another order."
 )
 HINT_KV_FROM_QUERY = (
     "Project the keys from key and the values from value: k = key @ w_k.T + b_k, v = value @ "
@@ -437,15 +491,13 @@ HINT_WEIGHTS_SELF_ONLY = (
 )
 HINT_MHA_SHAPE = "Return (out, weights): out (B, T, D), weights (B, H, T, S)."
 HINT_MHA_GENERIC = (
-    "w_q, w_k, w_v = in_proj_weight.chunk(3) (the bias alike); q = split_heads(query @ w_q.T "
-    "+ b_q, n_heads), k and v from key and value; a (B, T, S) mask gets .unsqueeze(1); heads, "
-    "weights = attention over the last two dims with scores / sqrt(Dh); out = "
-    "merge_heads(heads) @ out_proj_weight.T + out_proj_bias."
+    "Cut in_proj_weight (and the bias) into W^Q, W^K, W^V; project the queries from query and "
+    "the keys and values from key and value, and split each into heads; a (B, T, S) mask gets "
+    "a head axis; attend in every head with the scores divided by sqrt(Dh); merge the heads "
+    "and apply the output projection."
 )
 
 _MHA_NAMES = ("out", "weights")
-
-_Attend = Callable[..., tuple[Tensor, Tensor]]
 
 
 def _build_mha_args(args: dict) -> tuple:
@@ -465,7 +517,7 @@ def _build_mha_args(args: dict) -> tuple:
     inputs = (query, key, value, w_in, b_in, w_out, b_out, H)
     if args["mask"] is None:
         return inputs
-    return (*inputs, torch.tensor(args["mask"], dtype=torch.bool))
+    return (*inputs, masks.as_tensor(args["mask"]))
 
 
 def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, in_proj_weight: Tensor,
@@ -486,13 +538,10 @@ def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, in_proj_weig
     """
     D = query.shape[-1]
     bias = in_proj_bias is not None
-    with torch.random.fork_rng(devices=[]):  # its random initialisation is overwritten anyway
-        layer = MultiHeadAttention(D, n_heads, bias=bias).to(query.dtype)
     state = {"in_proj_weight": in_proj_weight, "out_proj.weight": out_proj_weight}
     if bias:
         state |= {"in_proj_bias": in_proj_bias, "out_proj.bias": out_proj_bias}
-    layer.load_state_dict(state)
-    layer.eval()
+    layer = with_weights(lambda: MultiHeadAttention(D, n_heads, bias=bias), query.dtype, state)
     with torch.no_grad():
         return layer(query, key, value, mask)
 
@@ -504,7 +553,7 @@ def _mha_to_plain(value: object) -> list[dict]:
 def _mha(inputs: tuple, *, order: tuple[int, int, int] = (0, 1, 2),
          split: Callable[[Tensor, int], Tensor] = split_heads,
          merge: Callable[[Tensor], Tensor] = merge_heads,
-         attend: _Attend = scaled_dot_product_attention, project_out: bool = True,
+         attend: bank.Attention = scaled_dot_product_attention, project_out: bool = True,
          in_bias: bool = True, out_bias: bool = True, in_transposed: bool = True,
          out_transposed: bool = True, keys_from: str = "key", values_from: str = "value",
          per_head_mask: bool = True, invert_mask: bool = False) -> Callable[[], tuple]:
@@ -560,8 +609,8 @@ def _mha_variants(inputs: tuple) -> list[Variant]:
     orders = [p for p in itertools.permutations(range(3)) if p != (0, 1, 2)]
     variants: list[Variant] = [
         (HINT_NO_OUT_PROJ, _mha(inputs, project_out=False), ""),
-        (HINT_SCALE_D_HEAD, _mha(inputs, attend=lambda q, k, v, m: _attend_by(q, k, v, m, D)),
-         ""),
+        (HINT_SCALE_D_HEAD,
+         _mha(inputs, attend=lambda q, k, v, m: bank.attend_by_width(q, k, v, m, D)), ""),
         *[(HINT_CHUNK_ORDER, _mha(inputs, order=order), "") for order in orders],
         (HINT_MASK_TORCH_CONVENTION, with_mask(invert_mask=True), ""),
         (HINT_MASK_NOT_PER_HEAD, with_mask(per_head_mask=False), ""),
@@ -580,7 +629,7 @@ def _mha_variants(inputs: tuple) -> list[Variant]:
     for (hint, split), (_, merge) in zip(_SPLIT_MISTAKES, _MERGE_MISTAKES, strict=False):
         variants.append((f"{HINT_MHA_SPLIT_WRONG} {hint}",
                          _mha(inputs, split=split, merge=merge), ""))
-    for hint, attend in _attention_mistakes():
+    for hint, attend in bank.attention_mistakes():
         variants.append((f"{HINT_MHA_ATTENTION_WRONG} {hint}", _mha(inputs, attend=attend), ""))
     return variants
 
@@ -602,56 +651,88 @@ def _mha_shape_hint(got: list, expected: list, k: int) -> str:
     return HINT_MHA_SHAPE
 
 
-def _judge_mha(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_mha_args(args)
-    return judge_parts(list(got), list(expected), _MHA_NAMES, args["dtype"],
-                       lambda: _mha_variants(inputs), _mha_shape_hint, HINT_MHA_GENERIC)
+_judge_mha = tensor_judge(_build_mha_args, _MHA_NAMES, _mha_variants, _mha_shape_hint,
+                          HINT_MHA_GENERIC)
 
 
-def _mha_case(name: str, seed: int, B: int, T: int, S: int, D: int, H: int, *,
-              cross: bool, mask: list | None = None, bias: bool = True,
-              dtype: str = "float32", hidden: bool = False) -> Case:
-    if not cross and S != T:
-        raise ValueError("self-attention has S = T")
-    args = {"seed": seed, "B": B, "T": T, "S": S, "D": D, "H": H, "cross": cross, "bias": bias,
-            "mask": mask, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class MultiHead(Args):
+    """A case of task 5.3: query (B, T, D), key and value (B, S, D) (``cross``) or the query
+    itself (self-attention, S = T), H heads, biases or None, a mask or None."""
+
+    seed: int
+    B: int
+    T: int
+    S: int
+    D: int
+    H: int
+    cross: bool
+    mask: list | None = None
+    bias: bool = True
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if not self.cross and self.S != self.T:
+            raise ValueError("self-attention has S = T")
 
 
 _MHA_CASES = (
-    _mha_case("cross-attention, no mask; 5 queries and 4 keys, D = 8, H = 2 (Dh = 4)", 541,
-              2, 5, 4, 8, 2, cross=True),
-    _mha_case("cross-attention, 3 queries and 6 keys, D = 12, H = 3, a (B, 1, 1, S) "
-              "key-padding mask", 542, 2, 3, 6, 12, 3, cross=True,
-              mask=_padding([6, 4], 6, ones=2)),
-    _mha_case("self-attention with a causal (T, T) mask, no biases; D = 8, H = 4 (Dh = 2)",
-              543, 2, 4, 4, 8, 4, cross=False, mask=_causal(4), bias=False),
-    _mha_case("a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2", 544,
-              2, 4, 5, 6, 2, cross=True,
-              mask=[_rows("11000", "11100", "11110", "11111"),
-                    _rows("10001", "01001", "00101", "00011")]),
-    _mha_case("cross-attention with a (T, S) mask; D = 6, H = 3 (Dh = 2)", 545,
-              3, 4, 3, 6, 3, cross=True, mask=_rows("110", "011", "101", "111")),
-    _mha_case("hidden: float64, causal self-attention", 551, 3, 6, 6, 12, 3, cross=False,
-              mask=_causal(6), dtype="float64", hidden=True),
-    _mha_case("hidden: one head (H = 1)", 552, 2, 5, 4, 6, 1, cross=True,
-              mask=_rows("1000", "1100", "0110", "0011", "1111"), hidden=True),
-    _mha_case("hidden: heads of width 1 (H = D)", 553, 2, 4, 4, 4, 4, cross=False,
-              hidden=True),
-    _mha_case("hidden: cross-attention, float64, no biases, a (T, S) mask", 554,
-              2, 5, 3, 8, 2, cross=True, mask=_rows("100", "110", "111", "011", "001"),
-              bias=False, dtype="float64", hidden=True),
-    _mha_case("hidden: one query, a key-padding mask", 555, 3, 1, 5, 8, 2, cross=True,
-              mask=_padding([5, 2, 4], 5, ones=2), hidden=True),
-    _mha_case("hidden: a (B, T, S) mask with B != H", 556, 3, 3, 4, 8, 2, cross=True,
-              mask=[_rows("1100", "0110", "0011"), _rows("1000", "1100", "1110"),
-                    _rows("1111", "1010", "0101")], hidden=True),
-    _mha_case("hidden: larger sizes, causal", 557, 2, 10, 10, 32, 4, cross=False,
-              mask=_causal(10), hidden=True),
-    _mha_case("hidden: a batch of one, no mask", 558, 1, 7, 9, 16, 8, cross=True, hidden=True),
-    _mha_case("hidden: a (B, H, T, S) mask, one per head", 559, 2, 3, 3, 4, 2, cross=True,
-              mask=[[_rows("100", "110", "111"), _rows("111", "011", "001")],
-                    [_rows("101", "010", "101"), _rows("110", "110", "011")]], hidden=True),
+    MultiHead(541, B=2, T=5, S=4, D=8, H=2, cross=True).case(
+        "cross-attention, no mask; 5 queries and 4 keys, D = 8, H = 2 (Dh = 4)"),
+    MultiHead(542, B=2, T=3, S=6, D=12, H=3, cross=True,
+              mask=masks.padding([6, 4], 6, ones=2)).case(
+        "cross-attention, 3 queries and 6 keys, D = 12, H = 3, a (B, 1, 1, S) key-padding mask"),
+    MultiHead(543, B=2, T=4, S=4, D=8, H=4, cross=False, mask=masks.causal(4), bias=False).case(
+        "self-attention with a causal (T, T) mask, no biases; D = 8, H = 4 (Dh = 2)"),
+    MultiHead(544, B=2, T=4, S=5, D=6, H=2, cross=True,
+              mask=[masks.rows("11000", "11100", "11110", "11111"),
+                    masks.rows("10001", "01001", "00101", "00011")]).case(
+        "a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2"),
+    MultiHead(545, B=3, T=4, S=3, D=6, H=3, cross=True,
+              mask=masks.rows("110", "011", "101", "111")).case(
+        "cross-attention with a (T, S) mask; D = 6, H = 3 (Dh = 2)"),
+)
+
+
+def _multihead(rng: random.Random, *, cross: bool, mask: str | None = None, B: int | None = None,
+               T: int | None = None, H: int | None = None, Dh: int | None = None,
+               large: bool = False, bias: bool = True, dtype: str = "float32") -> MultiHead:
+    """A case of task 5.3 drawn from ``rng``. ``mask``: None, "causal", "rows" (T, S),
+    "padding" (B, 1, 1, S), "sequences" (B, T, S) with B != H, "heads" (B, H, T, S)."""
+    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
+    if B is None:
+        B = rng.randint(1, 2) if large else rng.choice([b for b in (2, 3) if b != H])
+    if T is None:
+        T = rng.randint(8, 12) if large else rng.randint(3, 6)
+    S = (rng.randint(8, 12) if large else rng.choice([n for n in range(2, 7) if n != T])
+         ) if cross else T
+    plain = {
+        None: lambda: None,
+        "causal": lambda: masks.causal(T),
+        "rows": lambda: masks.random_rows(rng, T, S),
+        "padding": lambda: masks.padding(masks.random_lengths(rng, B, S), S, ones=2),
+        "sequences": lambda: [masks.random_rows(rng, T, S) for _ in range(B)],
+        "heads": lambda: [[masks.random_rows(rng, T, S) for _ in range(H)] for _ in range(B)],
+    }[mask]()
+    return MultiHead(draw_seed(rng), B, T, S, H * Dh, H, cross, plain, bias, dtype)
+
+
+_MHA_HIDDEN = (
+    hidden("hidden: float64, causal self-attention",
+           lambda rng: _multihead(rng, cross=False, mask="causal", dtype="float64")),
+    hidden("hidden: one head (H = 1)", lambda rng: _multihead(rng, cross=True, mask="rows", H=1)),
+    hidden("hidden: heads of width 1 (H = D)", lambda rng: _multihead(rng, cross=False, Dh=1)),
+    hidden("hidden: cross-attention, float64, no biases, a (T, S) mask",
+           lambda rng: _multihead(rng, cross=True, mask="rows", bias=False, dtype="float64")),
+    hidden("hidden: one query, a key-padding mask",
+           lambda rng: _multihead(rng, cross=True, mask="padding", T=1)),
+    hidden("hidden: a (B, T, S) mask with B != H",
+           lambda rng: _multihead(rng, cross=True, mask="sequences")),
+    hidden("hidden: larger sizes, causal",
+           lambda rng: _multihead(rng, cross=False, mask="causal", large=True)),
+    hidden("hidden: a batch of one, no mask", lambda rng: _multihead(rng, cross=True, B=1)),
+    hidden("hidden: a (B, H, T, S) mask, one per head",
+           lambda rng: _multihead(rng, cross=True, mask="heads")),
 )
 
 register(
@@ -661,6 +742,7 @@ register(
         func_name="multi_head_attention",
         title="The forward pass of multi-head attention with nn.MultiheadAttention's parameters",
         cases=_MHA_CASES,
+        hidden=_MHA_HIDDEN,
         build_args=_build_mha_args,
         reference=multi_head_attention,
         to_plain=_mha_to_plain,
@@ -676,7 +758,7 @@ register(
             "scaled_dot_product_attention raises this when the mask does not broadcast to the "
             "scores (B, H, T, S): unsqueeze a (B, T, S) mask at dim 1.",
             "AttributeError": "in_proj_bias and out_proj_bias may be None (projections without "
-            "bias): test 'if in_proj_bias is not None:' before chunking or adding them.",
+            "bias): test whether they are None before chunking or adding them.",
             "TypeError": "The function is called without a mask when there is none: give it "
             "the default mask=None. The biases may be None too: F.linear(x, w, None) accepts "
             "that, x @ w.T + None does not.",

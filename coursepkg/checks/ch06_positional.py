@@ -25,7 +25,8 @@ and H = T = S once (heads moved last keep the shape), so that missing, one-sided
 clipping and swapped offsets all show. The float64 cases are hidden, wide enough for float32
 angles to be off by more than float64's tolerance: computing in float32 is named there. The
 cases hold plain numbers and lists: a checks module does no tensor work when it is imported
-(the grader forks its workers from a process that imported it).
+(the grader forks its workers from a process that imported it). The hidden cases' generators
+draw the seeds, the sizes and the positions from the grader's random generator.
 
 Shape letters: T positions (queries), S key positions, d table width, B batch, H heads,
 Dh head width, M the largest offset with its own bias.
@@ -33,12 +34,14 @@ Dh head width, M the largest offset with its own bias.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from coursepkg.checks.core import Case, Task, Verdict, register
+from coursepkg.checks.core import Args, Task, Verdict, draw_seed, hidden, register
 from coursepkg.checks.tensors import (
     DTYPES,
     HINT_DTYPE,
@@ -48,7 +51,9 @@ from coursepkg.checks.tensors import (
     generator,
     judge_parts,
     normal,
+    tensor_judge,
     tensor_plain,
+    with_weights,
 )
 from coursepkg.positional import RelativePositionBias, apply_rope, sinusoidal_encoding
 
@@ -74,14 +79,17 @@ HINT_PRECISION = (
 
 
 def _judge_precise(got: list, expected: list, names: tuple[str, ...], dtype: str,
-                   variants: Callable[[], list[Variant]], shape_hint, generic_hint: str) -> Verdict:
+                   variants: Callable[[], list[Variant]], shape_hint, generic_hint: str,
+                   **judge_options: bool) -> Verdict:
     """:func:`judge_parts`, and for a float64 case that fits no known mistake, a second look
     at float32's tolerance: right there means computed in float32 (named), a known mistake
     there is named."""
-    verdict = judge_parts(got, expected, names, dtype, variants, shape_hint, generic_hint)
+    verdict = judge_parts(got, expected, names, dtype, variants, shape_hint, generic_hint,
+                          **judge_options)
     if verdict.ok or dtype != "float64" or verdict.hint != generic_hint:
         return verdict
-    coarse = judge_parts(got, expected, names, "float32", variants, shape_hint, generic_hint)
+    coarse = judge_parts(got, expected, names, "float32", variants, shape_hint, generic_hint,
+                         **judge_options)
     if coarse.ok:
         return Verdict(False, HINT_PRECISION, verdict.detail)
     if coarse.hint != generic_hint:
@@ -259,22 +267,36 @@ def _growing_frequencies(got: dict, T: int, d: int, dtype: str) -> bool:
     return torch.allclose(values, mistake, rtol=0, atol=1e-5 + 8 * eps * largest)
 
 
-def _table_case(name: str, T: int, d: int, *, dtype: str = "float32",
-                hidden: bool = False) -> Case:
-    return Case(name, 1, {"T": T, "d": d, "dtype": dtype}, hidden)
+@dataclass(frozen=True)
+class Table(Args):
+    """A case of task 6.1: the table of T positions and width d."""
+
+    T: int
+    d: int
+    dtype: str = "float32"
 
 
 _TABLE_CASES = (
-    _table_case("6 positions, d = 8 (4 frequencies)", 6, 8),
-    _table_case("10 positions, d = 6", 10, 6),
-    _table_case("3 positions, d = 16", 3, 16),
-    _table_case("hidden: float64", 40, 32, dtype="float64", hidden=True),
-    _table_case("hidden: one position (T = 1)", 1, 6, hidden=True),
-    _table_case("hidden: one frequency (d = 2)", 7, 2, hidden=True),
-    _table_case("hidden: an odd number of pairs (d = 10)", 9, 10, hidden=True),
-    _table_case("hidden: more columns than positions", 2, 20, hidden=True),
-    _table_case("hidden: larger sizes", 64, 32, hidden=True),
-    _table_case("hidden: a long narrow table", 40, 4, hidden=True),
+    Table(6, 8).case("6 positions, d = 8 (4 frequencies)"),
+    Table(10, 6).case("10 positions, d = 6"),
+    Table(3, 16).case("3 positions, d = 16"),
+)
+
+
+def _table_of(T: tuple[int, int], widths: list[int], dtype: str = "float32"
+              ) -> Callable[[random.Random], Table]:
+    """A generator of tables of T[0] to T[1] positions and a width among ``widths``."""
+    return lambda rng: Table(rng.randint(*T), rng.choice(widths), dtype)
+
+
+_TABLE_HIDDEN = (
+    hidden("hidden: float64", _table_of((32, 48), [24, 32], "float64")),
+    hidden("hidden: one position (T = 1)", _table_of((1, 1), [4, 6, 8])),
+    hidden("hidden: one frequency (d = 2)", _table_of((5, 10), [2])),
+    hidden("hidden: an odd number of pairs", _table_of((5, 12), [10, 14, 18])),
+    hidden("hidden: more columns than positions", _table_of((2, 3), [16, 20, 24])),
+    hidden("hidden: larger sizes", _table_of((48, 80), [32, 48])),
+    hidden("hidden: a long narrow table", _table_of((32, 48), [4])),
 )
 
 register(
@@ -285,6 +307,7 @@ register(
         title="The sinusoidal position table (T, d): sines in the even columns, cosines in the "
         "odd ones",
         cases=_TABLE_CASES,
+        hidden=_TABLE_HIDDEN,
         build_args=_build_table_args,
         reference=sinusoidal_table,
         to_plain=_table_to_plain,
@@ -316,8 +339,8 @@ HINT_ROPE_HALF_SPLIT = (
 HINT_ROPE_MIXED = (
     "Your function mixes the two pairings: the angles are laid out for one of them and the "
     "rotation for the other. Here a pair is two NEIGHBOURS (2i, 2i+1), both rotated by "
-    "m theta_i: even, odd = x[..., 0::2], x[..., 1::2], then even * cos - odd * sin and even * "
-    "sin + odd * cos, put back in place."
+    "m theta_i: the even features x[..., 0::2] and the odd ones x[..., 1::2] turn together, "
+    "and each rotated pair goes back in its place."
 )
 HINT_ROPE_SIGN = (
     "The rotation turns the wrong way: rotating (a, b) by the angle m theta gives "
@@ -366,9 +389,9 @@ HINT_ROPE_HALF_WIDTH = (
 )
 HINT_ROPE_SHAPE = "Return a tensor of the shape of x, (..., T, Dh)."
 HINT_ROPE_GENERIC = (
-    "With even, odd = x[..., 0::2], x[..., 1::2] and the angles m * theta_i (T, Dh/2), "
-    "theta_i = 10000^(-2i/Dh), m = positions or 0 .. T-1: out[..., 0::2] = even * cos - odd * "
-    "sin, out[..., 1::2] = even * sin + odd * cos."
+    "Pair i is features 2i and 2i+1 (x[..., 0::2] and x[..., 1::2]); row t turns it by the "
+    "angle m * theta_i, theta_i = 10000^(-2i/Dh), m = positions[t] or t: a rotation of the "
+    "plane, counter-clockwise, with the rotated pair back in features 2i and 2i+1."
 )
 
 
@@ -472,33 +495,50 @@ def _rope_to_plain(value: object) -> dict:
     return tensor_plain(value, "the rotated x")
 
 
-def _judge_rope(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_rope_args(args)
-    return _judge_precise([got], [expected], ("out",), args["dtype"],
-                          lambda: _rope_variants(*inputs), _rope_shape_hint, HINT_ROPE_GENERIC)
+_judge_rope = tensor_judge(_build_rope_args, ("out",), lambda inputs: _rope_variants(*inputs),
+                           _rope_shape_hint, HINT_ROPE_GENERIC, verdict=_judge_precise)
 
 
-def _rope_case(name: str, seed: int, shape: tuple[int, ...], *, positions: list | None = None,
-               dtype: str = "float32", layout: str = "contiguous", hidden: bool = False) -> Case:
-    args = {"seed": seed, "shape": list(shape), "positions": positions, "dtype": dtype,
-            "layout": layout}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Rope(Args):
+    """A case of task 6.2: x of ``shape`` (..., T, Dh), at ``positions`` or 0 .. T-1 (None);
+    ``layout`` "heads view": x (B, H, T, Dh) is a view of a (B, T, H, Dh) tensor."""
+
+    seed: int
+    shape: tuple[int, ...]
+    positions: list | None = None
+    dtype: str = "float32"
+    layout: str = "contiguous"
 
 
 _ROPE_CASES = (
-    _rope_case("one sequence of 5 vectors, Dh = 4 (2 pairs), x of shape (T, Dh)", 601, (5, 4)),
-    _rope_case("2 sequences of 6 vectors, Dh = 8", 602, (2, 6, 8)),
-    _rope_case("(B, H, T, Dh) = (2, 3, 4, 6) queries", 603, (2, 3, 4, 6)),
-    _rope_case("4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached)", 604, (2, 4, 6),
-               positions=[3, 4, 5, 6]),
-    _rope_case("hidden: float64", 611, (2, 2, 30, 16), dtype="float64", hidden=True),
-    _rope_case("hidden: one position (T = 1)", 612, (3, 1, 6), hidden=True),
-    _rope_case("hidden: one pair (Dh = 2)", 613, (2, 5, 2), hidden=True),
-    _rope_case("hidden: positions in any order", 614, (1, 2, 5, 4),
-               positions=[9, 0, 4, 2, 7], hidden=True),
-    _rope_case("hidden: heads as split_heads returns them (a transposed view)", 615,
-               (2, 3, 5, 4), layout="heads view", hidden=True),
-    _rope_case("hidden: larger sizes", 616, (2, 4, 16, 32), hidden=True),
+    Rope(601, (5, 4)).case("one sequence of 5 vectors, Dh = 4 (2 pairs), x of shape (T, Dh)"),
+    Rope(602, (2, 6, 8)).case("2 sequences of 6 vectors, Dh = 8"),
+    Rope(603, (2, 3, 4, 6)).case("(B, H, T, Dh) = (2, 3, 4, 6) queries"),
+    Rope(604, (2, 4, 6), positions=[3, 4, 5, 6]).case(
+        "4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached)"),
+)
+
+
+def _rope_case(rng: random.Random, lead: int, T: tuple[int, int], widths: list[int], *,
+          ordered: bool = True, dtype: str = "float32", layout: str = "contiguous") -> Rope:
+    """x of ``lead`` leading dims of 1 to 4, T[0] to T[1] positions and a width among
+    ``widths``, drawn from ``rng``; with ``ordered`` False, positions in any order."""
+    shape = (*(rng.randint(1 if n else 2, 4) for n in range(lead)), rng.randint(*T),
+             rng.choice(widths))
+    positions = None if ordered else rng.sample(range(3 * shape[-2]), shape[-2])
+    return Rope(draw_seed(rng), shape, positions, dtype, layout)
+
+
+_ROPE_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _rope_case(rng, 2, (24, 36), [12, 16], dtype="float64")),
+    hidden("hidden: one position (T = 1)", lambda rng: _rope_case(rng, 1, (1, 1), [4, 6, 8])),
+    hidden("hidden: one pair (Dh = 2)", lambda rng: _rope_case(rng, 1, (3, 7), [2])),
+    hidden("hidden: positions in any order",
+           lambda rng: _rope_case(rng, 2, (4, 7), [4, 6], ordered=False)),
+    hidden("hidden: heads as split_heads returns them (a transposed view)",
+           lambda rng: _rope_case(rng, 2, (3, 6), [4, 6], layout="heads view")),
+    hidden("hidden: larger sizes", lambda rng: _rope_case(rng, 2, (12, 20), [24, 32])),
 )
 
 register(
@@ -508,6 +548,7 @@ register(
         func_name="apply_rope",
         title="Rotary position embedding: rotate each adjacent pair (2i, 2i+1) by m theta_i",
         cases=_ROPE_CASES,
+        hidden=_ROPE_HIDDEN,
         build_args=_build_rope_args,
         reference=apply_rope,
         to_plain=_rope_to_plain,
@@ -518,8 +559,8 @@ register(
             "x[..., 0::2] is (..., T, Dh/2) and the angles (T, Dh/2) broadcast against it "
             "(T is x.shape[-2], Dh x.shape[-1], whatever the leading dims). view fails on a "
             "tensor that is not contiguous: use reshape or unflatten.",
-            "AttributeError": "positions is None unless it is given: use torch.arange(T) then, "
-            "if positions is None: ...",
+            "AttributeError": "positions is None unless it is given: use the positions "
+            "0 .. T-1 then.",
             "TypeError": "The function is called with x alone when there are no positions: "
             "give it the default positions=None. Sizes must be ints (Dh // 2, not Dh / 2).",
             "CheckError": "Return one tensor of the shape of x, (..., T, Dh).",
@@ -578,8 +619,8 @@ HINT_BIAS_NO_HEADS = (
 )
 HINT_BIAS_SHAPE = "Return (H, T, S): one bias per head, query and key."
 HINT_BIAS_GENERIC = (
-    "result[h, i, j] must be table[h, clip(j - i, -M, M) + M]: offsets = torch.arange(S)"
-    "[None, :] - torch.arange(T)[:, None], clamp(-M, M), + M, then table[:, index]."
+    "result[h, i, j] must be table[h, clip(j - i, -M, M) + M]: the offsets j - i of every "
+    "query and key, clipped to [-M, M] and shifted by M, index the table's columns."
 )
 
 
@@ -601,8 +642,8 @@ def relative_bias(table: Tensor, T: int, S: int, max_distance: int) -> Tensor:
     Returns:
         (H, T, S): ``table[h, clip(j - i, -M, M) + M]``.
     """
-    layer = RelativePositionBias(table.shape[0], max_distance).to(table.dtype)
-    layer.load_state_dict({"bias": table})
+    layer = with_weights(lambda: RelativePositionBias(table.shape[0], max_distance), table.dtype,
+                         {"bias": table})
     with torch.no_grad():
         return layer(T, S)
 
@@ -666,31 +707,51 @@ def _bias_to_plain(value: object) -> dict:
     return tensor_plain(value, "the bias")
 
 
-def _judge_bias(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_bias_args(args)
-    return judge_parts([got], [expected], ("bias",), args["dtype"],
-                       lambda: _bias_variants(*inputs), _bias_shape_hint, HINT_BIAS_GENERIC)
+_judge_bias = tensor_judge(_build_bias_args, ("bias",), lambda inputs: _bias_variants(*inputs),
+                           _bias_shape_hint, HINT_BIAS_GENERIC)
 
 
-def _bias_case(name: str, seed: int, H: int, T: int, S: int, M: int, *,
-               dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "H": H, "T": T, "S": S, "M": M, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Bias(Args):
+    """A case of task 6.3: a (H, 2M+1) table, T queries and S keys."""
+
+    seed: int
+    H: int
+    T: int
+    S: int
+    M: int
+    dtype: str = "float32"
 
 
 _BIAS_CASES = (
-    _bias_case("2 heads, 6 queries and 6 keys, M = 2 (offsets -5 .. 5 clipped)", 621,
-               2, 6, 6, 2),
-    _bias_case("3 heads, 4 queries and 7 keys, M = 2", 622, 3, 4, 7, 2),
-    _bias_case("2 heads, 7 queries and 3 keys, M = 1", 623, 2, 7, 3, 1),
-    _bias_case("4 heads, 4 queries and 4 keys, M = 5: no offset needs clipping", 624,
-               4, 4, 4, 5),
-    _bias_case("hidden: float64", 631, 2, 8, 8, 3, dtype="float64", hidden=True),
-    _bias_case("hidden: one query and one key", 632, 3, 1, 1, 2, hidden=True),
-    _bias_case("hidden: one head", 633, 1, 5, 9, 3, hidden=True),
-    _bias_case("hidden: M = 1, long sequences", 634, 2, 12, 12, 1, hidden=True),
-    _bias_case("hidden: one query, many keys", 635, 2, 1, 10, 4, hidden=True),
-    _bias_case("hidden: larger sizes", 636, 8, 16, 20, 6, hidden=True),
+    Bias(621, H=2, T=6, S=6, M=2).case(
+        "2 heads, 6 queries and 6 keys, M = 2 (offsets -5 .. 5 clipped)"),
+    Bias(622, H=3, T=4, S=7, M=2).case("3 heads, 4 queries and 7 keys, M = 2"),
+    Bias(623, H=2, T=7, S=3, M=1).case("2 heads, 7 queries and 3 keys, M = 1"),
+    Bias(624, H=4, T=4, S=4, M=5).case(
+        "4 heads, 4 queries and 4 keys, M = 5: no offset needs clipping"),
+)
+
+
+def _bias(rng: random.Random, *, H: tuple[int, int] = (2, 4), T: tuple[int, int] = (5, 9),
+          S: tuple[int, int] | None = (5, 9), M: tuple[int, int] = (2, 3),
+          dtype: str = "float32") -> Bias:
+    """A case of task 6.3 drawn from ``rng`` (S = T when ``S`` is None)."""
+    queries = rng.randint(*T)
+    keys = queries if S is None else rng.randint(*S)
+    return Bias(draw_seed(rng), rng.randint(*H), queries, keys, rng.randint(*M), dtype)
+
+
+_BIAS_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _bias(rng, S=None, dtype="float64")),
+    hidden("hidden: one query and one key", lambda rng: _bias(rng, T=(1, 1), S=(1, 1))),
+    hidden("hidden: one head", lambda rng: _bias(rng, H=(1, 1), T=(4, 6), S=(7, 10))),
+    hidden("hidden: M = 1, long sequences", lambda rng: _bias(rng, T=(10, 14), S=None,
+                                                              M=(1, 1))),
+    hidden("hidden: one query, many keys", lambda rng: _bias(rng, T=(1, 1), S=(8, 12),
+                                                             M=(3, 5))),
+    hidden("hidden: larger sizes", lambda rng: _bias(rng, H=(6, 8), T=(14, 18), S=(18, 22),
+                                                     M=(5, 7))),
 )
 
 register(
@@ -701,6 +762,7 @@ register(
         title="Look up a relative position bias (H, T, S) from a (H, 2M+1) table, offsets "
         "j - i clipped to [-M, M]",
         cases=_BIAS_CASES,
+        hidden=_BIAS_HIDDEN,
         build_args=_build_bias_args,
         reference=relative_bias,
         to_plain=_bias_to_plain,

@@ -37,7 +37,9 @@ decoder cases (and equals it in one public case, so that keys, values or queries
 wrong side run and are named); the public sampling cases have temperatures other than 1,
 prompts that grow past ``block_size``, and top-k. Cases hold plain numbers and lists: a checks
 module does no tensor work when it is imported (the grader forks its workers from a process
-that imported it).
+that imported it). The hidden cases' generators draw the seeds, the sizes, the masks and the
+sampling settings from the grader's random generator. The known mistakes of the decoder's causal
+mask are the course's bank of them (:mod:`coursepkg.checks.attention_mistakes`).
 
 Shape letters: B batch, T (target) positions, S source positions, D model width, H heads,
 F feed-forward width, V vocabulary.
@@ -47,23 +49,42 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursepkg.checks.ch04_self_attention import _causal, _padding
-from coursepkg.checks.core import Case, CheckError, Task, Verdict, register
+from coursepkg.checks import attention_mistakes as bank
+from coursepkg.checks import masks
+from coursepkg.checks.attention_mistakes import (
+    HINT_CAUSAL_DIAGONAL,
+    HINT_CAUSAL_INVERTED,
+    HINT_CAUSAL_UPPER,
+)
+from coursepkg.checks.core import (
+    Args,
+    CheckError,
+    Task,
+    Verdict,
+    draw_seed,
+    draw_sizes,
+    hidden,
+    register,
+)
+from coursepkg.checks.forbidden import FUSED_LAYER_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     SKIPPED,
     Variant,
     generator,
-    judge_parts,
     normal,
+    tensor_judge,
     tensor_plain,
+    with_weights,
 )
 from coursepkg.lm import generate
 from coursepkg.multihead import MultiHeadAttention
@@ -89,6 +110,7 @@ _NO_TRANSFORMER_LIBRARIES = (
     "torch.nn.TransformerEncoder",
     "torch.nn.TransformerDecoder",
     "torch.nn.Transformer",
+    *FUSED_LAYER_KERNELS,
 )
 # Task 7.4 samples from a coursepkg.transformer.TransformerLM, which the student calls: only
 # the package's sampler (and the checks) are refused.
@@ -135,11 +157,11 @@ def _activation_module(name: str) -> nn.Module:
 def _sublayers(gen: torch.Generator, dtype: torch.dtype, D: int, H: int, d_ff: int,
                activation: str, n_attention: int, n_norms: int) -> tuple:
     """Seeded attention modules, an ``nn.Sequential`` feed-forward network and LayerNorms."""
-    with torch.random.fork_rng(devices=[]):  # the initialisation is overwritten anyway
-        attentions = [MultiHeadAttention(D, H) for _ in range(n_attention)]
-        ff = nn.Sequential(nn.Linear(D, d_ff), _activation_module(activation),
-                           nn.Linear(d_ff, D))
-        norms = [nn.LayerNorm(D) for _ in range(n_norms)]
+    attentions = [with_weights(lambda: MultiHeadAttention(D, H), dtype)
+                  for _ in range(n_attention)]
+    ff = with_weights(lambda: nn.Sequential(nn.Linear(D, d_ff), _activation_module(activation),
+                                            nn.Linear(d_ff, D)), dtype)
+    norms = [with_weights(lambda: nn.LayerNorm(D), dtype) for _ in range(n_norms)]
     for module in (*attentions, ff, *norms):
         _fill(module, gen, dtype)
     return attentions, ff, norms
@@ -157,10 +179,6 @@ def _layer_state(parts: dict[str, nn.Module], ff: nn.Sequential) -> dict[str, Te
 
 def _ff_activation(ff: nn.Sequential) -> str:
     return "gelu" if isinstance(ff[1], nn.GELU) else "relu"
-
-
-def _mask(value: list | None) -> Tensor | None:
-    return None if value is None else torch.tensor(value, dtype=torch.bool)
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,11 +261,9 @@ def feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
         (..., D): ``act(x @ w1.T + b1) @ w2.T + b2``.
     """
     d_ff, D = w1.shape
-    with torch.random.fork_rng(devices=[]):  # its initialisation is overwritten anyway
-        layer = FeedForward(D, d_ff, activation=activation).to(x.dtype)
-    layer.load_state_dict({"linear1.weight": w1, "linear1.bias": b1,
-                           "linear2.weight": w2, "linear2.bias": b2})
-    layer.eval()
+    layer = with_weights(lambda: FeedForward(D, d_ff, activation=activation), x.dtype,
+                         {"linear1.weight": w1, "linear1.bias": b1,
+                          "linear2.weight": w2, "linear2.bias": b2})
     with torch.no_grad():
         return layer(x)
 
@@ -310,28 +326,50 @@ def _ff_to_plain(value: object) -> dict:
     return tensor_plain(value, "the output")
 
 
-def _judge_ff(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_ff_args(args)
-    return judge_parts([got], [expected], ("out",), args["dtype"],
-                       lambda: _ff_variants(inputs), _ff_shape_hint, HINT_FF_GENERIC)
+_judge_ff = tensor_judge(_build_ff_args, ("out",), _ff_variants, _ff_shape_hint, HINT_FF_GENERIC)
 
 
-def _ff_case(name: str, seed: int, lead: list[int], D: int, d_ff: int, activation: str, *,
-             dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "lead": lead, "D": D, "F": d_ff, "activation": activation,
-            "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class FeedForwardCase(Args):
+    """A case of task 7.1: x (*lead, D), F hidden units, the activation's name."""
+
+    seed: int
+    lead: tuple[int, ...]
+    D: int
+    F: int
+    activation: str
+    dtype: str = "float32"
 
 
 _FF_CASES = (
-    _ff_case("ReLU; 2 sequences of 5 vectors, D = 6, F = 12", 701, [2, 5], 6, 12, "relu"),
-    _ff_case("GELU; 2 sequences of 3 vectors, D = 4, F = 16", 702, [2, 3], 4, 16, "gelu"),
-    _ff_case("ReLU; x of shape (T, D) = (7, 8), F = D = 8", 703, [7], 8, 8, "relu"),
-    _ff_case("hidden: float64, GELU", 711, [2, 4], 8, 32, "gelu", dtype="float64", hidden=True),
-    _ff_case("hidden: one position", 712, [1, 1], 6, 24, "relu", hidden=True),
-    _ff_case("hidden: a bottleneck (F < D)", 713, [2, 3], 12, 4, "gelu", hidden=True),
-    _ff_case("hidden: x with two leading dims", 714, [2, 3, 4], 8, 16, "relu", hidden=True),
-    _ff_case("hidden: larger sizes", 715, [3, 10], 32, 128, "gelu", hidden=True),
+    FeedForwardCase(701, (2, 5), D=6, F=12, activation="relu").case(
+        "ReLU; 2 sequences of 5 vectors, D = 6, F = 12"),
+    FeedForwardCase(702, (2, 3), D=4, F=16, activation="gelu").case(
+        "GELU; 2 sequences of 3 vectors, D = 4, F = 16"),
+    FeedForwardCase(703, (7,), D=8, F=8, activation="relu").case(
+        "ReLU; x of shape (T, D) = (7, 8), F = D = 8"),
+)
+
+
+def _ff(rng: random.Random, lead: tuple[int, ...], D: tuple[int, int], F: tuple[int, int],
+        activation: str | None = None, dtype: str = "float32") -> FeedForwardCase:
+    """A case of task 7.1 drawn from ``rng``: D and F in the ranges given, different."""
+    widths = rng.sample([(d, f) for d in range(D[0], D[1] + 1) for f in range(F[0], F[1] + 1)
+                         if d != f], 1)[0]
+    return FeedForwardCase(draw_seed(rng), lead, *widths,
+                           activation or rng.choice(["relu", "gelu"]), dtype)
+
+
+_FF_HIDDEN = (
+    hidden("hidden: float64, GELU",
+           lambda rng: _ff(rng, (2, rng.randint(3, 5)), (6, 10), (24, 40), "gelu", "float64")),
+    hidden("hidden: one position", lambda rng: _ff(rng, (1, 1), (4, 8), (16, 32))),
+    hidden("hidden: a bottleneck (F < D)",
+           lambda rng: _ff(rng, (2, rng.randint(2, 4)), (10, 14), (3, 6))),
+    hidden("hidden: x with two leading dims",
+           lambda rng: _ff(rng, (2, 3, rng.randint(2, 4)), (6, 10), (12, 20))),
+    hidden("hidden: larger sizes",
+           lambda rng: _ff(rng, (3, rng.randint(8, 12)), (24, 40), (96, 160))),
 )
 
 register(
@@ -341,6 +379,7 @@ register(
         func_name="feed_forward",
         title="The position-wise feed-forward network act(x W1^T + b1) W2^T + b2",
         cases=_FF_CASES,
+        hidden=_FF_HIDDEN,
         build_args=_build_ff_args,
         reference=feed_forward,
         to_plain=_ff_to_plain,
@@ -409,7 +448,7 @@ HINT_ONE_NORM = (
     "Each sublayer has its own norm, with its own weights: norm1 around the attention, norm2 "
     "around the feed-forward network. Yours uses the same norm for both."
 )
-HINT_MASK_IGNORED = (
+HINT_MASK_NOT_PASSED = (
     "Pass the mask to the attention, self_attn(h, h, h, mask): without it every position "
     "attends to the padding (or, with a causal mask, to the future)."
 )
@@ -424,9 +463,11 @@ HINT_BLOCK_WEIGHTS = (
 )
 HINT_BLOCK_SHAPE = "Return (B, T, D), the shape of x."
 HINT_ENCODER_GENERIC = (
-    "Post-norm (norm_first=False): x = norm1(x + self_attn(x, x, x, mask)[0]), then return "
-    "norm2(x + ff(x)). Pre-norm (norm_first=True): h = norm1(x); x = x + self_attn(h, h, h, "
-    "mask)[0]; then return x + ff(norm2(x))."
+    "Post-norm (norm_first=False): add each sublayer's output to its input, then normalise the "
+    "sum (norm1 after the attention, norm2 after the feed-forward network). Pre-norm "
+    "(norm_first=True): normalise each sublayer's input and add its output to the "
+    "un-normalised x. The attention gets the same tensor as query, key and value, and the "
+    "mask; of the pair it returns, the first is the sublayer's output."
 )
 
 #: The placements of a sublayer's norm: "pre" x + f(N(x)), "post" N(x + f(x)), "both"
@@ -457,7 +498,8 @@ def _build_encoder_args(args: dict) -> tuple:
     x = normal(gen, (B, T, D), 1.0, dtype)
     (self_attn,), ff, (norm1, norm2) = _sublayers(gen, dtype, D, H, d_ff, args["activation"],
                                                   1, 2)
-    return x, self_attn, ff, norm1, norm2, bool(args["norm_first"]), _mask(args["mask"])
+    return (x, self_attn, ff, norm1, norm2, bool(args["norm_first"]),
+            masks.as_tensor(args["mask"]))
 
 
 def encoder_block(x: Tensor, self_attn: MultiHeadAttention, ff: nn.Sequential,
@@ -477,14 +519,12 @@ def encoder_block(x: Tensor, self_attn: MultiHeadAttention, ff: nn.Sequential,
         (B, T, D).
     """
     D = x.shape[-1]
-    with torch.random.fork_rng(devices=[]):  # its initialisation is overwritten anyway
-        layer = TransformerEncoderLayer(
-            D, self_attn.n_heads, ff[0].out_features, norm_first=norm_first,
-            activation=_ff_activation(ff), layer_norm_eps=norm1.eps,
-        ).to(x.dtype)
     parts = {"self_attn": self_attn, "norm1": norm1, "norm2": norm2}
-    layer.load_state_dict(_layer_state(parts, ff))
-    layer.eval()
+    layer = with_weights(
+        lambda: TransformerEncoderLayer(D, self_attn.n_heads, ff[0].out_features,
+                                        norm_first=norm_first, activation=_ff_activation(ff),
+                                        layer_norm_eps=norm1.eps),
+        x.dtype, _layer_state(parts, ff))
     with torch.no_grad():
         return layer(x, mask)
 
@@ -546,7 +586,7 @@ def _encoder_mistakes(norm_first: bool) -> list[tuple[str, dict]]:
 #: Every hint the judge of task 7.2 may give for a known wrong wiring.
 ENCODER_HINTS = tuple(dict.fromkeys(
     [hint for norm_first in (False, True) for hint, _ in _encoder_mistakes(norm_first)]
-    + [HINT_MASK_IGNORED]
+    + [HINT_MASK_NOT_PASSED]
 ))
 
 
@@ -554,7 +594,7 @@ def _encoder_variants(inputs: tuple) -> list[Variant]:
     norm_first, mask = inputs[5], inputs[6]
     variants: list[Variant] = []
     if mask is not None:
-        variants.append((HINT_MASK_IGNORED, _encoder(inputs, use_mask=False), ""))
+        variants.append((HINT_MASK_NOT_PASSED, _encoder(inputs, use_mask=False), ""))
     for hint, knobs in _encoder_mistakes(norm_first):
         variants.append((hint, _encoder(inputs, **knobs), ""))
     return variants
@@ -572,44 +612,80 @@ def _block_to_plain(value: object) -> dict:
     return tensor_plain(value, "the block's output")
 
 
-def _judge_encoder(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_encoder_args(args)
-    return judge_parts([got], [expected], ("out",), args["dtype"],
-                       lambda: _encoder_variants(inputs), _block_shape_hint,
-                       HINT_ENCODER_GENERIC)
+_judge_encoder = tensor_judge(_build_encoder_args, ("out",), _encoder_variants,
+                              _block_shape_hint, HINT_ENCODER_GENERIC)
 
 
-def _encoder_case(name: str, seed: int, B: int, T: int, D: int, H: int, d_ff: int, *,
-                  norm_first: bool, activation: str = "relu", mask: list | None = None,
-                  dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "T": T, "D": D, "H": H, "F": d_ff, "norm_first": norm_first,
-            "activation": activation, "mask": mask, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Encoder(Args):
+    """A case of task 7.2: x (B, T, D), H heads, F hidden units, post- or pre-norm, a mask or
+    None."""
+
+    seed: int
+    B: int
+    T: int
+    D: int
+    H: int
+    F: int
+    norm_first: bool
+    activation: str = "relu"
+    mask: list | None = None
+    dtype: str = "float32"
 
 
 _ENCODER_CASES = (
-    _encoder_case("post-norm; 2 sequences of 5 vectors, D = 8, H = 2, F = 16, no mask", 721,
-                  2, 5, 8, 2, 16, norm_first=False),
-    _encoder_case("pre-norm; 2 sequences of 4 vectors, GELU, no mask", 722, 2, 4, 8, 2, 32,
-                  norm_first=True, activation="gelu"),
-    _encoder_case("post-norm with a key-padding mask (B, 1, 1, T); D = 12, H = 3", 723,
-                  2, 6, 12, 3, 24, norm_first=False, mask=_padding([6, 4], 6, ones=2)),
-    _encoder_case("pre-norm with a causal mask (T, T): a GPT block", 724, 2, 5, 8, 4, 16,
-                  norm_first=True, activation="gelu", mask=_causal(5)),
-    _encoder_case("hidden: float64, post-norm", 731, 2, 4, 8, 2, 16, norm_first=False,
-                  dtype="float64", hidden=True),
-    _encoder_case("hidden: float64, pre-norm with a padding mask", 732, 3, 5, 8, 2, 16,
-                  norm_first=True, mask=_padding([5, 2, 4], 5, ones=2), dtype="float64",
-                  hidden=True),
-    _encoder_case("hidden: one position, pre-norm", 733, 2, 1, 8, 2, 16, norm_first=True,
-                  hidden=True),
-    _encoder_case("hidden: larger sizes, post-norm, causal", 734, 1, 9, 32, 4, 64,
-                  norm_first=False, activation="gelu", mask=_causal(9), hidden=True),
-    _encoder_case("hidden: one head, pre-norm with a padding mask", 735, 2, 4, 6, 1, 12,
-                  norm_first=True, mask=_padding([3, 4], 4, ones=2), hidden=True),
-    _encoder_case("hidden: post-norm with one (T, T) mask per sequence", 736, 2, 3, 8, 2, 8,
-                  norm_first=False, activation="gelu",
-                  mask=[_causal(3), [[True, True, False]] * 3], hidden=True),
+    Encoder(721, B=2, T=5, D=8, H=2, F=16, norm_first=False).case(
+        "post-norm; 2 sequences of 5 vectors, D = 8, H = 2, F = 16, no mask"),
+    Encoder(722, B=2, T=4, D=8, H=2, F=32, norm_first=True, activation="gelu").case(
+        "pre-norm; 2 sequences of 4 vectors, GELU, no mask"),
+    Encoder(723, B=2, T=6, D=12, H=3, F=24, norm_first=False,
+            mask=masks.padding([6, 4], 6, ones=2)).case(
+        "post-norm with a key-padding mask (B, 1, 1, T); D = 12, H = 3"),
+    Encoder(724, B=2, T=5, D=8, H=4, F=16, norm_first=True, activation="gelu",
+            mask=masks.causal(5)).case("pre-norm with a causal mask (T, T): a GPT block"),
+)
+
+
+def _block_sizes(rng: random.Random, *, H: int | None = None, large: bool = False) -> dict:
+    """Heads, width and feed-forward width drawn from ``rng`` (D = H * Dh, F = 2 D or 4 D)."""
+    heads = (rng.choice([4, 8]) if large else rng.randint(2, 3)) if H is None else H
+    if large:
+        per_head = rng.choice([4, 8])
+    else:
+        per_head = rng.randint(2, 4) if heads > 1 else rng.randint(4, 8)
+    D = heads * per_head
+    return {"seed": draw_seed(rng), "D": D, "H": heads, "F": rng.choice([2, 4]) * D}
+
+
+def _encoder_case(rng: random.Random, *, norm_first: bool, mask: str | None = None,
+             B: int | None = None, T: int | None = None, H: int | None = None,
+             large: bool = False, dtype: str = "float32") -> Encoder:
+    """A case of task 7.2 drawn from ``rng``; ``mask``: None, "padding" (B, 1, 1, T), "causal"
+    (T, T), "sequences" (B, T, T)."""
+    B = (1 if large else rng.randint(2, 3)) if B is None else B
+    T = (rng.randint(8, 12) if large else rng.randint(3, 6)) if T is None else T
+    plain = {
+        None: lambda: None,
+        "padding": lambda: masks.padding(masks.random_lengths(rng, B, T), T, ones=2),
+        "causal": lambda: masks.causal(T),
+        "sequences": lambda: [masks.random_rows(rng, T, T) for _ in range(B)],
+    }[mask]()
+    return Encoder(**_block_sizes(rng, H=H, large=large), B=B, T=T, norm_first=norm_first,
+                   activation=rng.choice(["relu", "gelu"]), mask=plain, dtype=dtype)
+
+
+_ENCODER_HIDDEN = (
+    hidden("hidden: float64, post-norm",
+           lambda rng: _encoder_case(rng, norm_first=False, dtype="float64")),
+    hidden("hidden: float64, pre-norm with a padding mask",
+           lambda rng: _encoder_case(rng, norm_first=True, mask="padding", dtype="float64")),
+    hidden("hidden: one position, pre-norm", lambda rng: _encoder_case(rng, norm_first=True, T=1)),
+    hidden("hidden: larger sizes, post-norm, causal",
+           lambda rng: _encoder_case(rng, norm_first=False, mask="causal", large=True)),
+    hidden("hidden: one head, pre-norm with a padding mask",
+           lambda rng: _encoder_case(rng, norm_first=True, mask="padding", H=1)),
+    hidden("hidden: post-norm with one (T, T) mask per sequence",
+           lambda rng: _encoder_case(rng, norm_first=False, mask="sequences")),
 )
 
 register(
@@ -620,6 +696,7 @@ register(
         title="An encoder block: self-attention and a feed-forward network, each with a "
         "residual and a layer norm, post-norm or pre-norm",
         cases=_ENCODER_CASES,
+        hidden=_ENCODER_HIDDEN,
         build_args=_build_encoder_args,
         reference=encoder_block,
         to_plain=_block_to_plain,
@@ -648,24 +725,9 @@ register(
 
 HINT_NO_CAUSAL = (
     "Mask the future in the decoder's self-attention: position t may attend to positions "
-    "0..t only. Build the causal mask, torch.ones(T, T, dtype=torch.bool).tril() (True = may "
-    "attend), and pass it to self_attn. Without it every position reads the tokens it is "
-    "trained to predict."
-)
-HINT_CAUSAL_STRICT = (
-    "The causal mask keeps the diagonal: position t may attend to itself, .tril(), not "
-    ".tril(-1). With the diagonal hidden, position 0 has no key at all and its attention is "
-    "NaN."
-)
-HINT_CAUSAL_UPPER = (
-    "The causal mask is True ON AND BELOW the diagonal, .tril(): query t (a row) may attend to "
-    "keys 0..t (the columns). Yours is the upper triangle, which lets every position see the "
-    "future."
-)
-HINT_CAUSAL_TORCH = (
-    "The mask is True where a query MAY attend (the course's convention). torch.triu(..., "
-    "diagonal=1), like nn.Transformer.generate_square_subsequent_mask, marks the keys that are "
-    "NOT allowed, torch's convention: use torch.ones(T, T, dtype=torch.bool).tril()."
+    "0..t only. Build the causal mask, a (T, T) boolean matrix True on and below the diagonal "
+    "(True = may attend), and pass it to self_attn. Without it every position reads the "
+    "tokens it is trained to predict."
 )
 HINT_KV_FROM_DECODER = (
     "In cross-attention the queries come from the decoder and BOTH the keys and the values "
@@ -703,16 +765,17 @@ HINT_ATTN_MODULES_SWAPPED = (
     "uses each module in the other's place."
 )
 HINT_DEC_NO_RESIDUAL_SELF = (
-    "Add the residual around the self-attention: x = x + self_attn(h, h, h, causal)[0] with "
-    "h = norm1(x)."
+    "Add the residual around the self-attention: its output is added to x, the stream before "
+    "norm1, instead of taking its place."
 )
 HINT_DEC_NO_RESIDUAL_CROSS = (
-    "Add the residual around the cross-attention: x = x + cross_attn(h, memory, memory, "
-    "memory_mask)[0] with h = norm2(x). Without it the target's own information is lost in "
-    "this sublayer and only what was read from the source goes on."
+    "Add the residual around the cross-attention: its output is added to x, the stream before "
+    "norm2. Without it the target's own information is lost in this sublayer and only what "
+    "was read from the source goes on."
 )
 HINT_DEC_NO_RESIDUAL_FF = (
-    "Add the residual around the feed-forward network: return x + ff(norm3(x))."
+    "Add the residual around the feed-forward network: the block returns x plus the "
+    "network's output, not the output alone."
 )
 HINT_DEC_NO_RESIDUAL = (
     "Add the residuals: each of the three sublayers adds its output to its input, x = x + "
@@ -735,9 +798,10 @@ HINT_DEC_SHAPE = (
     "memory has S positions, the output has T)."
 )
 HINT_DECODER_GENERIC = (
-    "h = norm1(x); x = x + self_attn(h, h, h, causal)[0] with causal = torch.ones(T, T, "
-    "dtype=torch.bool).tril(); h = norm2(x); x = x + cross_attn(h, memory, memory, "
-    "memory_mask)[0]; return x + ff(norm3(x))."
+    "Three pre-norm sublayers, each adding its output to the un-normalised stream x: causal "
+    "self-attention on norm1(x), with the causal mask True on and below the diagonal; "
+    "cross-attention with its queries from norm2(x) and its keys and values from memory, with "
+    "memory_mask; then the feed-forward network on norm3(x)."
 )
 
 
@@ -748,7 +812,7 @@ def _build_decoder_args(args: dict) -> tuple:
     memory = normal(gen, (B, S, D), 1.0, dtype)
     (self_attn, cross_attn), ff, norms = _sublayers(gen, dtype, D, H, d_ff, args["activation"],
                                                     2, 3)
-    return (x, memory, self_attn, cross_attn, ff, *norms, _mask(args["memory_mask"]))
+    return (x, memory, self_attn, cross_attn, ff, *norms, masks.as_tensor(args["memory_mask"]))
 
 
 def decoder_block(x: Tensor, memory: Tensor, self_attn: MultiHeadAttention,
@@ -771,28 +835,25 @@ def decoder_block(x: Tensor, memory: Tensor, self_attn: MultiHeadAttention,
         (B, T, D).
     """
     B, T, D = x.shape
-    with torch.random.fork_rng(devices=[]):  # its initialisation is overwritten anyway
-        layer = TransformerDecoderLayer(
-            D, self_attn.n_heads, ff[0].out_features, norm_first=True,
-            activation=_ff_activation(ff), layer_norm_eps=norm1.eps,
-        ).to(x.dtype)
     parts = {"self_attn": self_attn, "cross_attn": cross_attn, "norm1": norm1, "norm2": norm2,
              "norm3": norm3}
-    layer.load_state_dict(_layer_state(parts, ff))
-    layer.eval()
-    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
+    layer = with_weights(
+        lambda: TransformerDecoderLayer(D, self_attn.n_heads, ff[0].out_features,
+                                        norm_first=True, activation=_ff_activation(ff),
+                                        layer_norm_eps=norm1.eps),
+        x.dtype, _layer_state(parts, ff))
+    causal = _causal_mask(T)  # (T, T)
     with torch.no_grad():
         return layer(x, memory, causal, memory_mask)
 
 
-#: The causal masks a student may build, True = may attend: name -> (T) -> (T, T).
-_CAUSAL = {
-    "right": lambda T: torch.ones(T, T, dtype=torch.bool).tril(),
-    "none": lambda T: None,
-    "strict": lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1),
-    "upper": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
-    "torch": lambda T: torch.ones(T, T, dtype=torch.bool).triu(1),
-}
+def _causal_mask(T: int) -> Tensor:
+    """The causal mask (T, T), True = may attend: on and below the diagonal."""
+    return torch.ones(T, T, dtype=torch.bool).tril()
+
+
+def _no_mask(T: int) -> None:
+    return None
 
 
 def _combine(first: Tensor | None, second: Tensor | None) -> Tensor | None:
@@ -801,7 +862,8 @@ def _combine(first: Tensor | None, second: Tensor | None) -> Tensor | None:
     return first & second
 
 
-def _decoder(inputs: tuple, *, causal: str = "right", sources: str = "dmm",
+def _decoder(inputs: tuple, *, causal: Callable[[int], Tensor | None] = _causal_mask,
+             sources: str = "dmm",
              normalise_memory: bool = False, use_memory_mask: bool = True,
              causal_on_cross: bool = False, swap_masks: bool = False,
              cross_first: bool = False, swap_modules: bool = False,
@@ -820,7 +882,7 @@ def _decoder(inputs: tuple, *, causal: str = "right", sources: str = "dmm",
         self_attn, cross_attn = cross_attn, self_attn
 
     def run() -> list[Tensor]:  # everything here: a mistake whose shapes do not fit raises
-        causal_mask = _CAUSAL[causal](T)
+        causal_mask = causal(T)
         self_mask, cross_mask = causal_mask, memory_mask if use_memory_mask else None
         if causal_on_cross:
             cross_mask = _combine(cross_mask, causal_mask)
@@ -854,11 +916,10 @@ def _decoder_variants(inputs: tuple) -> list[Variant]:
     def variant(hint: str, **knobs) -> Variant:
         return hint, _decoder(inputs, **knobs), ""
 
+    # the masks a student may build: none, the diagonal hidden, the upper triangle, torch's
     variants = [
-        variant(HINT_NO_CAUSAL, causal="none"),
-        variant(HINT_CAUSAL_STRICT, causal="strict"),
-        variant(HINT_CAUSAL_UPPER, causal="upper"),
-        variant(HINT_CAUSAL_TORCH, causal="torch"),
+        variant(HINT_NO_CAUSAL, causal=_no_mask),
+        *[variant(hint, causal=wrong) for hint, wrong in bank.CAUSAL_MISTAKES[:3]],
         variant(HINT_KV_FROM_DECODER, sources="ddd"),
         variant(HINT_KV_FROM_DECODER, sources="ddm"),
         variant(HINT_KV_FROM_DECODER, sources="dmd"),
@@ -881,7 +942,7 @@ def _decoder_variants(inputs: tuple) -> list[Variant]:
         *[variant(HINT_DEC_NORMS_ORDER, norms=order)
           for order in itertools.permutations(range(3)) if order != (0, 1, 2)],
         # two mistakes at once: keys and values from the decoder, and no causal mask
-        variant(HINT_KV_FROM_DECODER, sources="ddd", causal="none"),
+        variant(HINT_KV_FROM_DECODER, sources="ddd", causal=_no_mask),
     ]
     if memory_mask is not None:
         variants.insert(4, variant(HINT_MEMORY_MASK_IGNORED, use_memory_mask=False))
@@ -890,7 +951,7 @@ def _decoder_variants(inputs: tuple) -> list[Variant]:
 
 #: Every hint the judge of task 7.3 may give for a known wrong block.
 DECODER_HINTS = (
-    HINT_NO_CAUSAL, HINT_CAUSAL_STRICT, HINT_CAUSAL_UPPER, HINT_CAUSAL_TORCH,
+    HINT_NO_CAUSAL, HINT_CAUSAL_DIAGONAL, HINT_CAUSAL_UPPER, HINT_CAUSAL_INVERTED,
     HINT_MEMORY_MASK_IGNORED, HINT_KV_FROM_DECODER, HINT_QUERIES_FROM_MEMORY,
     HINT_MEMORY_NORMALISED, HINT_CAUSAL_ON_CROSS, HINT_MASKS_SWAPPED, HINT_CROSS_FIRST,
     HINT_ATTN_MODULES_SWAPPED, HINT_DEC_NO_RESIDUAL_SELF, HINT_DEC_NO_RESIDUAL_CROSS,
@@ -913,41 +974,64 @@ def _decoder_shape_hint_for(S: int) -> Callable[[list, list, int], str]:
 
 
 def _judge_decoder(got: object, expected: object, args: dict) -> Verdict:
-    inputs = _build_decoder_args(args)
-    return judge_parts([got], [expected], ("out",), args["dtype"],
-                       lambda: _decoder_variants(inputs), _decoder_shape_hint_for(args["S"]),
-                       HINT_DECODER_GENERIC)
+    judge = tensor_judge(_build_decoder_args, ("out",), _decoder_variants,
+                         _decoder_shape_hint_for(args["S"]), HINT_DECODER_GENERIC)
+    return judge(got, expected, args)
 
 
-def _decoder_case(name: str, seed: int, B: int, T: int, S: int, D: int, H: int, d_ff: int, *,
-                  activation: str = "relu", memory_mask: list | None = None,
-                  dtype: str = "float32", hidden: bool = False) -> Case:
-    args = {"seed": seed, "B": B, "T": T, "S": S, "D": D, "H": H, "F": d_ff,
-            "activation": activation, "memory_mask": memory_mask, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Decoder(Args):
+    """A case of task 7.3: x (B, T, D), memory (B, S, D), H heads, F hidden units, a memory mask
+    or None."""
+
+    seed: int
+    B: int
+    T: int
+    S: int
+    D: int
+    H: int
+    F: int
+    activation: str = "relu"
+    memory_mask: list | None = None
+    dtype: str = "float32"
 
 
 _DECODER_CASES = (
-    _decoder_case("5 target and 4 source positions, D = 8, H = 2, no memory mask", 741,
-                  2, 5, 4, 8, 2, 16),
-    _decoder_case("4 target and 6 source positions, a source padding mask (B, 1, 1, S)",
-                  742, 2, 4, 6, 8, 2, 16, activation="gelu",
-                  memory_mask=_padding([6, 3], 6, ones=2)),
-    _decoder_case("as many target as source positions (T = S = 4), a padding mask", 743,
-                  2, 4, 4, 12, 3, 24, memory_mask=_padding([4, 2], 4, ones=2)),
-    _decoder_case("3 sequences, 3 target and 5 source positions, H = 4", 744, 3, 3, 5, 8, 4,
-                  8, activation="gelu", memory_mask=_padding([5, 2, 4], 5, ones=2)),
-    _decoder_case("hidden: float64", 751, 2, 5, 7, 8, 2, 16,
-                  memory_mask=_padding([7, 5], 7, ones=2), dtype="float64", hidden=True),
-    _decoder_case("hidden: one target position", 752, 2, 1, 5, 8, 2, 16,
-                  memory_mask=_padding([5, 3], 5, ones=2), hidden=True),
-    _decoder_case("hidden: one source position", 753, 2, 4, 1, 8, 2, 16, hidden=True),
-    _decoder_case("hidden: larger sizes", 754, 1, 8, 9, 32, 4, 64, activation="gelu",
-                  memory_mask=_padding([6], 9, ones=2), hidden=True),
-    _decoder_case("hidden: one head, T = S", 755, 2, 3, 3, 6, 1, 12,
-                  memory_mask=_padding([2, 3], 3, ones=2), hidden=True),
-    _decoder_case("hidden: float64, T = S, no memory mask", 756, 2, 6, 6, 8, 2, 16,
-                  activation="gelu", dtype="float64", hidden=True),
+    Decoder(741, B=2, T=5, S=4, D=8, H=2, F=16).case(
+        "5 target and 4 source positions, D = 8, H = 2, no memory mask"),
+    Decoder(742, B=2, T=4, S=6, D=8, H=2, F=16, activation="gelu",
+            memory_mask=masks.padding([6, 3], 6, ones=2)).case(
+        "4 target and 6 source positions, a source padding mask (B, 1, 1, S)"),
+    Decoder(743, B=2, T=4, S=4, D=12, H=3, F=24, memory_mask=masks.padding([4, 2], 4, ones=2)
+            ).case("as many target as source positions (T = S = 4), a padding mask"),
+    Decoder(744, B=3, T=3, S=5, D=8, H=4, F=8, activation="gelu",
+            memory_mask=masks.padding([5, 2, 4], 5, ones=2)).case(
+        "3 sequences, 3 target and 5 source positions, H = 4"),
+)
+
+
+def _decoder_case(rng: random.Random, *, T: int | None = None, S: int | None = None,
+                  same: bool = False, H: int | None = None, padded: bool = True,
+                  large: bool = False, dtype: str = "float32") -> Decoder:
+    """A case of task 7.3 drawn from ``rng``: T and S different unless ``same``."""
+    B = 1 if large else rng.randint(2, 3)
+    low, high = (8, 12) if large else (3, 7)
+    queries, keys = draw_sizes(rng, 2, low, high)
+    T = queries if T is None else T
+    S = (T if same else keys) if S is None else S
+    mask = masks.padding(masks.random_lengths(rng, B, S), S, ones=2) if padded else None
+    return Decoder(**_block_sizes(rng, H=H, large=large), B=B, T=T, S=S,
+                   activation=rng.choice(["relu", "gelu"]), memory_mask=mask, dtype=dtype)
+
+
+_DECODER_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _decoder_case(rng, dtype="float64")),
+    hidden("hidden: one target position", lambda rng: _decoder_case(rng, T=1)),
+    hidden("hidden: one source position", lambda rng: _decoder_case(rng, S=1, padded=False)),
+    hidden("hidden: larger sizes", lambda rng: _decoder_case(rng, large=True)),
+    hidden("hidden: one head, T = S", lambda rng: _decoder_case(rng, same=True, H=1)),
+    hidden("hidden: float64, T = S, no memory mask",
+           lambda rng: _decoder_case(rng, same=True, padded=False, dtype="float64")),
 )
 
 register(
@@ -958,6 +1042,7 @@ register(
         title="A pre-norm decoder block: causal self-attention, cross-attention to the "
         "encoder's output, a feed-forward network",
         cases=_DECODER_CASES,
+        hidden=_DECODER_HIDDEN,
         build_args=_build_decoder_args,
         reference=decoder_block,
         to_plain=_block_to_plain,
@@ -1001,9 +1086,9 @@ HINT_CROP_OFF_BY_ONE = (
     "or too many."
 )
 HINT_NOT_APPENDED = (
-    "Append each new token and feed the longer sequence back: idx = torch.cat([idx, "
-    "next_token], dim=1) inside the loop, and the next step's context is cropped from it. "
-    "Yours predicts every new token from the prompt alone."
+    "Append each new token to the sequence inside the loop, torch.cat along dim 1, and crop "
+    "the next step's context from the longer sequence. Yours predicts every new token from "
+    "the prompt alone."
 )
 HINT_FIRST_POSITION = (
     "Take the logits of the LAST position, model(context)[:, -1], (B, V): position t predicts "
@@ -1022,9 +1107,8 @@ HINT_TEMPERATURE_MULTIPLIED = (
 )
 HINT_NO_TOP_K = (
     "Apply top_k when it is given: keep the top_k largest logits and set the others to -inf "
-    "before the softmax (kth = torch.topk(logits, top_k).values[:, -1:]; logits = "
-    "logits.masked_fill(logits < kth, float('-inf'))). Yours samples from the whole "
-    "vocabulary."
+    "before the softmax (torch.topk gives the k largest values; every logit below the k-th "
+    "of them goes). Yours samples from the whole vocabulary."
 )
 HINT_TOP_K_OFF_BY_ONE = (
     "Keep exactly top_k tokens: the threshold is the k-th largest logit, torch.topk(logits, "
@@ -1061,20 +1145,20 @@ HINT_SAMPLE_SHAPE = (
     "appended along dim 1."
 )
 HINT_SAMPLE_GENERIC = (
-    "At each step: context = idx[:, -block_size:]; logits = model(context)[:, -1] (B, V); at "
-    "temperature 0 the next token is logits.argmax(-1, keepdim=True); otherwise divide the "
-    "logits by the temperature, keep the top_k largest (the others -inf), probs = "
-    "softmax(logits, dim=-1) and next = torch.multinomial(probs, 1, generator=generator), one "
-    "draw per step with the generator you are given; then idx = torch.cat([idx, next], dim=1)."
+    "At each step: crop the sequence to its last block_size tokens, run the model on them and "
+    "keep the logits of the last position (B, V); at temperature 0 the next token is their "
+    "argmax; otherwise divide them by the temperature, keep the top_k largest (the others "
+    "-inf), take the softmax over the vocabulary and draw one token with torch.multinomial and "
+    "the generator you are given; then append the token to the sequence."
 )
 
 
 def _build_sample_args(args: dict) -> tuple:
     gen, dtype = generator(args)
     V, block_size, D, H = (int(args[name]) for name in ("V", "block_size", "D", "H"))
-    with torch.random.fork_rng(devices=[]):  # the initialisation is overwritten anyway
-        model = TransformerLM(V, block_size, D, H, int(args["layers"]), d_ff=2 * D,
-                              pos=args["pos"], fused=True)  # fused: the same for everyone
+    model = with_weights(lambda: TransformerLM(V, block_size, D, H, int(args["layers"]),
+                                               d_ff=2 * D, pos=args["pos"], fused=True),
+                         dtype)  # fused: five times faster, and the same for everyone
     _fill(model, gen, dtype, head_scale=1.5)
     idx = torch.randint(0, V, (int(args["B"]), int(args["T"])), generator=gen)  # (B, T)
     draws = torch.Generator().manual_seed(int(args["seed"]) + 1)  # the sampler's own
@@ -1294,41 +1378,66 @@ def _judge_sample(got: object, expected: object, args: dict) -> Verdict:
     return Verdict(False, HINT_SAMPLE_GENERIC, detail)
 
 
-def _sample_case(name: str, seed: int, *, V: int = 10, block_size: int, D: int = 16, H: int = 2,
-                 layers: int = 1, pos: str = "learned", B: int = 2, T: int, new: int,
-                 temperature: float = 1.0, top_k: int | None = None, dtype: str = "float32",
-                 hidden: bool = False) -> Case:
-    args = {"seed": seed, "V": V, "block_size": block_size, "D": D, "H": H, "layers": layers,
-            "pos": pos, "B": B, "T": T, "new": new, "temperature": temperature,
-            "top_k": top_k, "dtype": dtype}
-    return Case(name, 1, args, hidden)
+@dataclass(frozen=True)
+class Sampling(Args):
+    """A case of task 7.4: a TransformerLM of V tokens (``pos`` its positions), B prompts of T
+    tokens, ``new`` tokens to sample with the temperature and top_k given."""
+
+    seed: int
+    block_size: int
+    T: int
+    new: int
+    V: int = 10
+    D: int = 16
+    H: int = 2
+    layers: int = 1
+    pos: str = "learned"
+    B: int = 2
+    temperature: float = 1.0
+    top_k: int | None = None
+    dtype: str = "float32"
 
 
 _SAMPLE_CASES = (
-    _sample_case("learned positions, block_size = 4; a prompt of 2 tokens and 8 new ones",
-                 7610, block_size=4, T=2, new=8),
-    _sample_case("temperature 0.5 and top_k = 3", 7621, block_size=4, T=3, new=8,
-                 temperature=0.5, top_k=3),
-    _sample_case("sinusoidal positions (any length runs), block_size = 3, temperature 1.5",
-                 7631, block_size=3, pos="sinusoidal", T=2, new=9, temperature=1.5),
-    _sample_case("temperature 0: greedy, 3 sequences", 7640, block_size=4, B=3, T=2, new=7,
-                 temperature=0.0),
-    _sample_case("a prompt longer than block_size; temperature 2, top_k = 4", 7650,
-                 block_size=4, T=6, new=6, temperature=2.0, top_k=4),
-    _sample_case("hidden: float64", 7711, block_size=4, T=3, new=8, temperature=0.6, top_k=3,
-                 dtype="float64", hidden=True),
-    _sample_case("hidden: one sequence, a prompt of one token, rotary positions", 7724,
-                 block_size=5, pos="rope", B=1, T=1, new=12, temperature=2.0, hidden=True),
-    _sample_case("hidden: block_size = 1", 7730, block_size=1, T=2, new=8, temperature=0.5,
-                 hidden=True),
-    _sample_case("hidden: top_k = 1", 7740, block_size=3, T=2, new=6, temperature=1.3, top_k=1,
-                 hidden=True),
-    _sample_case("hidden: top_k = V", 7751, block_size=4, T=2, new=6, temperature=0.6,
-                 top_k=10, hidden=True),
-    _sample_case("hidden: larger sizes", 7763, V=24, block_size=8, D=32, H=4, layers=2,
-                 pos="sinusoidal", B=3, T=5, new=12, temperature=0.9, top_k=10, hidden=True),
-    _sample_case("hidden: temperature 0 with top_k, a long prompt", 7770, block_size=3, T=5,
-                 new=5, temperature=0.0, top_k=2, dtype="float64", hidden=True),
+    Sampling(7610, block_size=4, T=2, new=8).case(
+        "learned positions, block_size = 4; a prompt of 2 tokens and 8 new ones"),
+    Sampling(7621, block_size=4, T=3, new=8, temperature=0.5, top_k=3).case(
+        "temperature 0.5 and top_k = 3"),
+    Sampling(7631, block_size=3, T=2, new=9, pos="sinusoidal", temperature=1.5).case(
+        "sinusoidal positions (any length runs), block_size = 3, temperature 1.5"),
+    Sampling(7640, block_size=4, T=2, new=7, B=3, temperature=0.0).case(
+        "temperature 0: greedy, 3 sequences"),
+    Sampling(7650, block_size=4, T=6, new=6, temperature=2.0, top_k=4).case(
+        "a prompt longer than block_size; temperature 2, top_k = 4"),
+)
+
+#: Temperatures of the hidden cases: below 1 (sharper), above 1 (flatter), never 1 or 0.
+_COLD, _HOT = (0.5, 0.6, 0.7), (1.5, 1.7, 2.0)
+
+
+def _sampling(rng: random.Random, **fixed: object) -> Sampling:
+    """A case of task 7.4 drawn from ``rng``: a prompt that grows past block_size, a
+    temperature other than 1, the fields ``fixed`` as given."""
+    block_size = int(fixed.pop("block_size", rng.randint(3, 5)))
+    drawn = {"T": rng.randint(1, block_size), "new": rng.randint(8, 12),
+             "temperature": rng.choice(_COLD + _HOT)}
+    return Sampling(draw_seed(rng), block_size, **{**drawn, **fixed})
+
+
+_SAMPLE_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _sampling(rng, top_k=rng.randint(2, 4),
+                                                    dtype="float64")),
+    hidden("hidden: one sequence, a prompt of one token, rotary positions",
+           lambda rng: _sampling(rng, pos="rope", B=1, T=1, new=rng.randint(10, 14))),
+    hidden("hidden: block_size = 1", lambda rng: _sampling(rng, block_size=1, T=2)),
+    hidden("hidden: top_k = 1", lambda rng: _sampling(rng, top_k=1)),
+    hidden("hidden: top_k = V", lambda rng: _sampling(rng, top_k=10)),
+    hidden("hidden: larger sizes",
+           lambda rng: _sampling(rng, block_size=8, V=24, D=32, H=4, layers=2,
+                                 pos="sinusoidal", B=3, T=5, new=12, top_k=10)),
+    hidden("hidden: temperature 0 with top_k, a long prompt",
+           lambda rng: _sampling(rng, block_size=3, T=5, new=5, temperature=0.0, top_k=2,
+                                 dtype="float64")),
 )
 
 register(
@@ -1339,6 +1448,7 @@ register(
         title="The sampling loop: crop to block_size, last position's logits / temperature, "
         "top-k, a seeded draw, append",
         cases=_SAMPLE_CASES,
+        hidden=_SAMPLE_HIDDEN,
         build_args=_build_sample_args,
         reference=sample,
         to_plain=_tokens_to_plain,

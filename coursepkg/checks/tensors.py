@@ -2,23 +2,27 @@
 
 A case's ``args`` hold a seed, sizes and a dtype name (plain JSON); :func:`generator` and
 :func:`normal` draw the inputs from a seeded ``torch.Generator``, so the grader's worker and its
-trusted process build the same tensors. A returned tensor crosses the process boundary as the
-plain value ``{"shape": [...], "dtype": "float32", "data": [...]}`` (:func:`tensor_plain`,
-:func:`parts_plain`) and is read back with :func:`decode`.
+trusted process build the same tensors (:func:`cell_parameters` draws a recurrent cell's, as
+``torch.nn.RNN`` and ``torch.nn.LSTM`` store them). A reference that runs a package module holds
+the case's tensors in one built by :func:`with_weights`. A returned tensor crosses the process
+boundary as the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``
+(:func:`tensor_plain`, :func:`parts_plain`) and is read back with :func:`decode`.
 
 :func:`judge_parts` is the verdict on one or more returned tensors: shapes first (a task's
 ``shape_hint`` names the known shape mistakes), then dtypes, then values within the dtype's
 :data:`TOLERANCE`; a wrong answer is compared with known wrong implementations, each recomputed
-from the case's inputs, and gets the hint of the first one it equals.
+from the case's inputs, and gets the hint of the first one it equals. :func:`tensor_judge`
+makes a task's judge of it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from coursepkg.checks.core import CheckError, Verdict
 
@@ -30,6 +34,7 @@ __all__ = [
     "TOLERANCE",
     "ShapeHint",
     "Variant",
+    "cell_parameters",
     "decode",
     "difference",
     "generator",
@@ -38,7 +43,9 @@ __all__ = [
     "normal",
     "parts_plain",
     "same",
+    "tensor_judge",
     "tensor_plain",
+    "with_weights",
 ]
 
 #: (rtol, atol) of value comparisons per dtype: the defaults of torch.testing.assert_close.
@@ -83,6 +90,46 @@ def normal(gen: torch.Generator, shape: tuple[int, ...], scale: float, dtype) ->
         dtype: the result's dtype.
     """
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def cell_parameters(
+    gen: torch.Generator, gates: int, n_in: int, Hs: int, dtype
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(weight_ih (gates Hs, I), weight_hh (gates Hs, Hs), bias_ih, bias_hh)`` of a recurrent
+    cell with ``gates`` blocks (1 for an Elman RNN, 4 for an LSTM), as torch stores them.
+
+    Scaled so that the pre-activations are of order 1: the nonlinearities then bend them
+    clearly, and every known mistake changes the result far beyond the tolerance.
+    """
+    weight_ih = normal(gen, (gates * Hs, n_in), 1 / math.sqrt(n_in), dtype)
+    weight_hh = normal(gen, (gates * Hs, Hs), 1 / math.sqrt(Hs), dtype)
+    bias_ih = normal(gen, (gates * Hs,), 0.5, dtype)
+    bias_hh = normal(gen, (gates * Hs,), 0.5, dtype)
+    return weight_ih, weight_hh, bias_ih, bias_hh
+
+
+Module = TypeVar("Module", bound=nn.Module)
+
+
+def with_weights(build: Callable[[], Module], dtype: torch.dtype,
+                 state: Mapping[str, Tensor] | None = None) -> Module:
+    """The module ``build()`` makes, in ``dtype`` and eval mode, holding ``state``.
+
+    Its random initialisation runs on a fork of torch's global generator (it is overwritten
+    anyway), so a check never moves the global random state of the notebook that runs it.
+
+    Args:
+        build: makes the module, e.g. ``lambda: SelfAttention(D, Dk, Dv)``.
+        dtype: the dtype of its parameters.
+        state: its state dict (every parameter and persistent buffer), or None to keep the
+            initial values (the caller fills them, e.g. from a case's generator).
+    """
+    with torch.random.fork_rng(devices=[]):
+        module = build()
+    module.to(dtype)
+    if state is not None:
+        module.load_state_dict(state)
+    return module.eval()
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,3 +307,39 @@ def judge_parts(
         ):
             return Verdict(False, hint, f"{note} {detail}" if note else detail)
     return non_finite() or Verdict(False, generic_hint, detail)
+
+
+def tensor_judge(
+    build_args: Callable[[dict], tuple],
+    names: Sequence[str],
+    variants: Callable[[tuple], list[Variant]],
+    shape_hint: ShapeHint | Callable[[tuple], ShapeHint],
+    generic_hint: str,
+    *,
+    inputs_shape_hint: bool = False,
+    non_finite_mistakes: bool = True,
+    verdict: Callable[..., Verdict] | None = None,
+) -> Callable[[object, object, dict], Verdict]:
+    """A task's judge over returned tensors: :func:`judge_parts` with the case's inputs rebuilt.
+
+    Args:
+        build_args: the task's ``build_args``: the judge rebuilds the case's inputs with it.
+        names: the parts' names; one name: the function returns one tensor, not a tuple.
+        variants: ``variants(inputs)``: the known mistakes (see :data:`Variant`).
+        shape_hint: a :data:`ShapeHint`, or with ``inputs_shape_hint`` a function of the
+            inputs that returns one.
+        generic_hint: the hint when no known mistake matches.
+        non_finite_mistakes: as in :func:`judge_parts`.
+        verdict: another function with :func:`judge_parts`' parameters to call instead.
+    """
+    decide = verdict or judge_parts
+
+    def judge(got: object, expected: object, args: dict) -> Verdict:
+        inputs = build_args(args)
+        hint = shape_hint(inputs) if inputs_shape_hint else shape_hint
+        got_parts, expected_parts = ([got], [expected]) if len(names) == 1 else (list(got),
+                                                                                   list(expected))
+        return decide(got_parts, expected_parts, names, args["dtype"], lambda: variants(inputs),
+                      hint, generic_hint, non_finite_mistakes=non_finite_mistakes)
+
+    return judge

@@ -1,110 +1,102 @@
-"""Running a submission's function in an isolated, limited process.
+"""Running one task of a submission in isolated, limited children: the parent's side.
 
 The trusted grader process never runs student code. For each (submission, task) it asks a
 pre-started server process (multiprocessing's forkserver, with torch and coursepkg already
-imported, so a child starts in milliseconds) to fork a fresh child. The child:
+imported, so a child starts in milliseconds) to fork a fresh child, which isolates itself
+(:mod:`.isolation`) and runs the cases (:mod:`.worker`, passed in as the child's entry point:
+this module does not know what the child does). The child sends plain JSON bytes back, never
+pickle.
 
-1. starts a new session (its own process group, so the whole tree can be killed);
-2. where the platform allows (running as root on Linux): enters new network and mount namespaces
-   (no network; the submissions folder, the output folder and the course's solutions hidden
-   under empty tmpfs mounts) and drops to an unprivileged user;
-3. sets resource limits: address space, CPU time, file size, number of processes, no core dumps;
-4. reads nothing from stdin and sends stdout/stderr to /dev/null, in a private working directory;
-5. loads the extracted code (definitions only, see :mod:`.submission`), then runs the task's cases
-   one by one, sending each case's plain output back as JSON bytes (never pickle).
+Time is isolated per case. Each case may take ``Limits.timeout`` seconds (the clock restarts
+each time the child reports: started, submission loaded, each case answered); a task as a whole
+at most :func:`task_seconds` (twice that). A case that runs out of time, or whose child dies, fails
+alone: the child's whole process group (and, when it dropped privileges, every process of its
+user) is killed and the task's remaining cases run in a fresh child. Once the task's time is
+spent, its remaining cases are not run and fail as timed out, so a task whose every case loops
+forever costs at most twice the timeout, not one timeout per case.
 
-The parent enforces a wall-clock timeout per task and kills the child's whole process group (and,
-when it dropped privileges, every process of the child's user) when it expires. The comparison
-with the expected values happens back in the trusted process
-(:func:`coursepkg.checks.core.grade_output`).
+The comparison with the expected values happens back in the trusted process
+(:mod:`.judging`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import multiprocessing
 import os
-import resource
 import signal
 import sys
-import tempfile
 import threading
 import time
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-_PRELOAD = ["coursepkg.grading.preload", "numpy", "coursepkg.checks", "coursepkg.grading.worker"]
+from coursepkg.course import CHAPTERS
+from coursepkg.grading.isolation import Limits, can_isolate
+
+__all__ = ["Limits", "RawOutcome", "can_isolate", "run_cases", "run_in_child", "task_seconds"]
+
+# Imported once by the fork server, so that no child pays for them: torch (first, on one
+# thread), the checks, and the package modules the notebooks import (coursepkg.data alone costs
+# a child 0.2 s).
+_PRELOAD = [
+    "coursepkg.grading.preload",
+    "numpy",
+    "coursepkg.checks",
+    "coursepkg.data",
+    *(f"coursepkg.{module}" for chapter in CHAPTERS for module in chapter.modules),
+]
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 NOBODY = 65534
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
-MS_BIND = 0x1000
-MNT_DETACH = 2
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-task limits.
-
-    Attributes:
-        timeout: wall-clock seconds for one task (all its cases).
-        memory_mb: address space the child may add on top of the preloaded interpreter.
-        file_mb: largest file the child may write.
-        nproc: processes the child's user may have (enforced only after dropping to that user).
-    """
-
-    timeout: float = 20.0
-    memory_mb: int = 2048
-    file_mb: int = 8
-    nproc: int = 64
-
-
-@dataclass
-class Isolation:
-    """Which isolation was in force in a child (recorded in the grader's log)."""
-
-    network: bool = False
-    filesystem: bool = False
-    user: bool = False
-    limits: list[str] = field(default_factory=list)
+def task_seconds(limits: Limits) -> float:
+    """The most wall-clock time one task may take, all its cases and children together."""
+    return 2 * limits.timeout
 
 
 @dataclass
 class RawOutcome:
-    """What came back from one task's child.
+    """What came back from one task's child (or children).
 
     Attributes:
-        messages: one dict per case the child finished: {"case": i, "plain": value} or
-            {"case": i, "exc": name, "msg": text} or {"case": i, "forbidden": name}.
+        messages: one dict per case that has an outcome: what the child sent,
+            {"case": i, "plain": value} or {"case": i, "exc": name, "msg": text} or
+            {"case": i, "forbidden": name}; or, for a case during which the child ran out of
+            time or died, {"case": i, "ended": "timeout" | "crashed", "detail": text}.
         load_error: set when the submission's code could not even be loaded ("exc" style dict).
         missing: True when the task's function is not defined.
-        ended: "ok", "timeout", "memory" or "crashed" (how the child ended).
+        loaded: True once the child said the submission's code is loaded.
+        ended: "ok", "timeout", "memory" or "crashed" (how the last child ended).
         detail: a short human explanation of a bad ending (signal name, ...).
-        isolation: the isolation the child reported.
+        isolation: the isolation the (first) child reported.
+        children: how many children ran the task.
+        deadline: when the task's time runs out (``time.monotonic()``), counted from the start
+            of its first child.
     """
 
     messages: list[dict] = field(default_factory=list)
     load_error: dict | None = None
     missing: bool = False
+    loaded: bool = False
     ended: str = "ok"
     detail: str = ""
     isolation: dict = field(default_factory=dict)
+    children: int = 0
+    deadline: float | None = None
 
 
 _context = None
 
 
-def _get_context():
+def _get_context(entry_module: str):
     """The forkserver context, started once per grader process with the heavy imports done."""
     global _context
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)
+        ctx.set_forkserver_preload([*_PRELOAD, entry_module, "coursepkg.grading.frozen"])
         _context = ctx
     return _context
 
@@ -130,46 +122,96 @@ def _bare_main():
             sys.modules["__main__"] = real
 
 
-def can_isolate() -> bool:
-    """True when children can get their own namespaces and user (root on Linux)."""
-    return sys.platform.startswith("linux") and os.geteuid() == 0
-
-
-def run_in_child(
-    request: dict, limits: Limits, workdir: str, hide: list[str], uid: int | None
+def run_cases(
+    entry: Callable, request: dict, limits: Limits, workdir: str, hide: list[str], uid: int | None
 ) -> RawOutcome:
-    """Run one task of one submission in a fresh child and collect what it sends back.
+    """Run every case of one task, in as many fresh children as time-outs and crashes need.
 
     Args:
-        request: {"code": module source, "task": task id, "cases": [case indices]}.
-        limits: the resource limits.
+        entry: the child's main, ``entry(sender, request_json, limits, workdir, hide, uid)``
+            (:func:`coursepkg.grading.worker.child_main`).
+        request: {"code": module source, "task": task id, "cases": [{"index": i, "args": {...}},
+            ...]}.
+        limits: the resource limits (``timeout`` is per case; see :func:`task_seconds`).
         workdir: the child's private working directory (must exist, owned by ``uid``).
-        hide: directories to hide from the child (mounted over with an empty tmpfs).
+        hide: folders and files to hide from the child (covered by an empty mount).
         uid: the unprivileged user to become, or None to stay (no isolation possible).
 
     Returns:
-        The raw outcome; the caller turns it into case results.
+        The raw outcome of all cases; the caller judges it.
     """
-    from coursepkg.grading import worker
+    total = RawOutcome()
+    deadline = None  # the task's clock starts with its first child (not with the fork server)
+    remaining = list(request["cases"])
+    while remaining:
+        outcome = run_in_child(
+            entry, {**request, "cases": remaining}, limits, workdir, hide, uid, deadline=deadline
+        )
+        deadline = total.deadline = outcome.deadline
+        total.children += 1
+        total.isolation = total.isolation or outcome.isolation
+        total.messages.extend(outcome.messages)
+        total.load_error, total.missing = outcome.load_error, outcome.missing
+        total.loaded, total.ended, total.detail = outcome.loaded, outcome.ended, outcome.detail
+        if not outcome.loaded or outcome.ended == "ok":
+            break  # nothing ran (the failure is the whole submission's), or all went well
+        answered = {m["case"] for m in outcome.messages}
+        left = [case for case in remaining if case["index"] not in answered]
+        if not left:
+            break
+        # The first unanswered case is the one the child was running: it fails alone.
+        total.messages.append(_ended(left[0]["index"], outcome.ended, outcome.detail))
+        remaining = left[1:]
+        if remaining and (deadline is None or time.monotonic() >= deadline - 0.05):
+            why = f"not run: the task's earlier cases used all its {task_seconds(limits):g} s"
+            total.messages.extend(_ended(case["index"], "timeout", why) for case in remaining)
+            break
+    return total
 
-    ctx = _get_context()
+
+def _ended(index: int, ended: str, detail: str) -> dict:
+    return {"kind": "case", "case": index, "ended": ended, "detail": detail}
+
+
+def run_in_child(
+    entry: Callable,
+    request: dict,
+    limits: Limits,
+    workdir: str,
+    hide: list[str],
+    uid: int | None,
+    *,
+    deadline: float | None = None,
+) -> RawOutcome:
+    """Run cases of one task in one fresh child and collect what it sends back.
+
+    The child has ``limits.timeout`` seconds for each step: to start and isolate itself, to
+    load the submission, then to answer each case; and never beyond ``deadline`` (a
+    ``time.monotonic()`` value; when None, :func:`task_seconds` from the child's start, which
+    the outcome's ``deadline`` gives back). When time is up or the child is gone, it is killed
+    with every process it started. Arguments as in :func:`run_cases`.
+    """
+    ctx = _get_context(entry.__module__)
     receiver, sender = ctx.Pipe(duplex=False)
     process = ctx.Process(
-        target=worker.child_main,
+        target=entry,
         args=(sender, json.dumps(request), asdict(limits), workdir, list(hide), uid),
         daemon=True,
     )
     with _bare_main():
-        process.start()
+        process.start()  # on first use, this also starts the fork server (seconds)
     sender.close()
     outcome = RawOutcome()
     said_done = False
-    deadline = time.monotonic() + limits.timeout
+    last = deadline if deadline is not None else time.monotonic() + task_seconds(limits)
+    outcome.deadline = last
+    window = min(time.monotonic() + limits.timeout, last)
     try:
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = window - time.monotonic()
             if remaining <= 0:
-                outcome.ended, outcome.detail = "timeout", f"no answer within {limits.timeout:g} s"
+                outcome.ended = "timeout"
+                outcome.detail = f"no answer within {limits.timeout:g} s"
                 break
             if not receiver.poll(min(remaining, 0.5)):
                 if not process.is_alive() and not receiver.poll(0):
@@ -179,9 +221,12 @@ def run_in_child(
                 raw = receiver.recv_bytes(_MAX_MESSAGE_BYTES)
             except (EOFError, OSError):
                 break  # the child is gone (or sent more than we accept)
-            if not _take(outcome, raw):
+            kind = _take(outcome, raw)
+            if kind == "done":
                 said_done = True
                 break
+            if kind in ("isolation", "loaded", "case"):  # the clock restarts for the next step
+                window = min(time.monotonic() + limits.timeout, last)
     finally:
         _kill_tree(process, uid)
         receiver.close()
@@ -189,17 +234,20 @@ def run_in_child(
     # its exit status tells nothing about the submission.
     if outcome.ended == "ok" and not said_done:
         outcome.ended, outcome.detail = _classify_exit(process.exitcode)
+        if outcome.ended == "ok":  # gone without a word: the submission ended its process
+            outcome.ended = "crashed"
+            outcome.detail = "it ended before returning a result: os._exit()?"
     return outcome
 
 
-def _take(outcome: RawOutcome, raw: bytes) -> bool:
-    """Record one message; False when the child said it is done."""
+def _take(outcome: RawOutcome, raw: bytes) -> str | None:
+    """Record one message; returns its kind ("done" when the child said it is done)."""
     try:
         message = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return True  # garbage: ignore it, the case stays unanswered
+        return None  # garbage: ignore it, the case stays unanswered
     if not isinstance(message, dict):
-        return True
+        return None
     kind = message.get("kind")
     if kind == "isolation" and isinstance(message.get("value"), dict):
         outcome.isolation = message["value"]
@@ -207,11 +255,13 @@ def _take(outcome: RawOutcome, raw: bytes) -> bool:
         outcome.load_error = {"exc": str(message.get("exc")), "msg": str(message.get("msg"))}
     elif kind == "missing":
         outcome.missing = True
-    elif kind == "case" and isinstance(message.get("case"), int):
+    elif kind == "loaded":
+        outcome.loaded = True
+    elif kind == "case" and isinstance(message.get("case"), int) and "ended" not in message:
         outcome.messages.append(message)
-    elif kind == "done":
-        return False
-    return True
+    elif kind != "done":
+        return None
+    return kind
 
 
 def _classify_exit(exitcode: int | None) -> tuple[str, str]:
@@ -286,118 +336,3 @@ def _kill_user(uid: int) -> None:
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-
-
-# ----------------------------------------------------------------------------- the child's half
-
-
-def enter_isolation(limits: dict, workdir: str, hide: list[str], uid: int | None) -> Isolation:
-    """Called first thing in the child: namespaces, user, limits, stdio, working directory."""
-    iso = Isolation()
-    os.setsid()
-    if uid is not None and can_isolate():
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(CLONE_NEWNET) == 0:
-            iso.network = True
-        if (
-            libc.unshare(CLONE_NEWNS) == 0
-            and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
-        ):
-            hidden = 0
-            for path in hide:
-                if (
-                    os.path.isdir(path)
-                    and libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=16k,mode=000") == 0
-                ):
-                    hidden += 1
-            iso.filesystem = hidden == len([p for p in hide if os.path.isdir(p)])
-            for path in _python_paths():
-                _expose(libc, path, workdir)
-    os.chdir(workdir)
-    _set_limits(limits, iso)
-    # Drop to the unprivileged user only if it can still import Python (else stay, and say so).
-    if uid is not None and can_isolate() and all(map(_open_to_others, _python_paths())):
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        except OSError:  # e.g. a container that maps few user ids: stay, and say so
-            pass
-        iso.user = os.getuid() == uid
-        if iso.user:
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-                iso.limits.append("nproc")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.environ["MPLBACKEND"] = "Agg"
-    os.environ["HOME"] = workdir
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-big write fails instead of killing
-    return iso
-
-
-def _python_paths() -> list[str]:
-    """The folders the interpreter imports from (they must stay reachable for the child)."""
-    paths = dict.fromkeys([sys.base_prefix, sys.prefix, *sys.path])
-    return [path for path in paths if path and os.path.isdir(path)]
-
-
-def _open_to_others(path: str) -> bool:
-    """True when a user with no special rights can reach ``path`` (every folder on the way)."""
-    current = "/"
-    for name in ["", *os.path.realpath(path).split(os.sep)[1:]]:
-        current = os.path.join(current, name)
-        if not os.stat(current).st_mode & 0o001:
-            return False
-    return True
-
-
-def _expose(libc, path: str, workdir: str) -> None:
-    """Make ``path`` reachable by other users in this mount namespace.
-
-    When an ancestor is closed to others (``/root`` with mode 700 holding the interpreter), an
-    unprivileged child could not import the standard library. The ancestor is covered with an
-    empty tmpfs that others may traverse, and only the one entry on the way to ``path`` is
-    bind-mounted back: the rest of the closed folder stays hidden.
-    """
-    parts = os.path.realpath(path).split(os.sep)[1:]
-    current = "/"
-    for name in parts:
-        if not os.stat(current).st_mode & 0o001:
-            inner = os.path.join(current, name)
-            stage = tempfile.mkdtemp(dir=workdir)
-            if libc.mount(inner.encode(), stage.encode(), None, MS_BIND | MS_REC, None) != 0:
-                return
-            if libc.mount(b"tmpfs", current.encode(), b"tmpfs", 0, b"size=16k,mode=711") != 0:
-                return
-            os.mkdir(inner)  # every entry on the way to a folder is a folder
-            libc.mount(stage.encode(), inner.encode(), None, MS_BIND | MS_REC, None)
-            libc.umount2(stage.encode(), MNT_DETACH)
-            os.rmdir(stage)
-            _expose(libc, path, workdir)  # a deeper folder may be closed too
-            return
-        current = os.path.join(current, name)
-
-
-def _vm_size_bytes() -> int:
-    with contextlib.suppress(OSError), open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _set_limits(limits: dict, iso: Isolation) -> None:
-    budget = int(limits["memory_mb"]) * 1024 * 1024
-    cpu = int(limits["timeout"]) + 2
-    wanted = [
-        ("memory", resource.RLIMIT_AS, _vm_size_bytes() + budget),
-        ("cpu", resource.RLIMIT_CPU, cpu),
-        ("file size", resource.RLIMIT_FSIZE, int(limits["file_mb"]) * 1024 * 1024),
-        ("core", resource.RLIMIT_CORE, 0),
-    ]
-    for name, which, value in wanted:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(which, (value, value))
-            iso.limits.append(name)

@@ -21,6 +21,7 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +55,8 @@ class Submission:
         sha256: hash of the file's bytes (the resume key).
         code: the extracted module source, or None when the notebook is unreadable.
         problem: why the notebook could not be read (None when it could).
-        notes: things the student should know (skipped cells, syntax errors).
+        notes: things the student should know (syntax errors, what they made the grader skip).
+        broken: function (or class) name -> where its definition has a syntax error.
     """
 
     path: Path
@@ -63,6 +65,7 @@ class Submission:
     code: str | None = None
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
 
 
 def _hash_file(path: Path) -> str:
@@ -124,7 +127,7 @@ def read_submission(path: Path, student: str, *, max_mb: float = MAX_NOTEBOOK_MB
             "not an object with 'cells'): resubmit the .ipynb file saved by Jupyter"
         )
         return sub
-    sub.code, sub.notes = extract_code(cells)
+    sub.code, sub.notes, sub.broken = extract_code(cells)
     return sub
 
 
@@ -191,35 +194,117 @@ def _keep(node: ast.stmt) -> bool:
 _AST_LOCK = threading.Lock()
 
 
-def extract_code(cells: list[str]) -> tuple[str, list[str]]:
+# Where a top-level statement may begin, when a cell that does not parse is cut into pieces:
+# a line at column 0 that is not a comment, a closing bracket or the next clause of a statement.
+_STATEMENT_START = re.compile(r"^(?!(?:else|elif|except|finally)\b)[A-Za-z_@]")
+_DEFINES = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class _SyntaxProblem:
+    """A piece of a cell that is not valid Python: where, why, and what it defines."""
+
+    line: int | None
+    message: str
+    names: tuple[str, ...]
+
+
+def _syntax_problem(exc: BaseException, offset: int, text: str) -> _SyntaxProblem:
+    line = getattr(exc, "lineno", None)
+    message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+    return _SyntaxProblem(
+        None if line is None else line + offset, message, tuple(_DEFINES.findall(text))
+    )
+
+
+def _statements(source: str) -> tuple[list[ast.stmt], list[_SyntaxProblem]]:
+    """The top-level statements of a cell, and its syntax problems.
+
+    A cell that does not parse is cut where top-level statements may begin, and each piece that
+    parses is kept: a syntax error costs only the statement it is in (and the task whose
+    function that is), not the cell's imports or its other definitions.
+    """
+    try:
+        with _AST_LOCK:
+            return ast.parse(source).body, []
+    except (SyntaxError, ValueError) as whole:
+        lines = source.splitlines(keepends=True)
+        starts = [
+            i
+            for i, line in enumerate(lines)
+            if _STATEMENT_START.match(line) and not (i and lines[i - 1].startswith("@"))
+        ]
+        bounds = sorted({0, *starts, len(lines)})
+        body: list[ast.stmt] = []
+        problems: list[_SyntaxProblem] = []
+        for begin, end in zip(bounds, bounds[1:], strict=False):
+            text = "".join(lines[begin:end])
+            try:
+                with _AST_LOCK:
+                    tree = ast.parse(text)
+            except (SyntaxError, ValueError) as exc:
+                problems.append(_syntax_problem(exc, begin, text))
+                continue
+            ast.increment_lineno(tree, begin)
+            body.extend(tree.body)
+        if not problems:  # the pieces parse but the whole does not: give up on the cell
+            return [], [_syntax_problem(whole, 0, source)]
+        return body, problems
+
+
+def _compiles(node: ast.stmt) -> _SyntaxProblem | None:
+    """None when a kept statement compiles; else its problem (errors the parser lets through:
+    a duplicate argument, ``nonlocal`` with nothing to bind, ``await`` outside async...)."""
+    try:
+        with _AST_LOCK:
+            compile(ast.Module(body=[node], type_ignores=[]), "<cell>", "exec")
+    except (SyntaxError, ValueError) as exc:
+        name = getattr(node, "name", None)
+        problem = _syntax_problem(exc, 0, "")
+        return _SyntaxProblem(problem.line, problem.message, (name,) if name else ())
+    return None
+
+
+def extract_code(cells: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """The module a submission's graded functions run in.
 
     Args:
         cells: the source of each code cell, in notebook order.
 
     Returns:
-        (source, notes): the kept statements of every cell, in order, and notes for the student
-        (cells skipped because of a syntax error).
+        (source, notes, broken): the kept statements of every cell, in order; notes for the
+        student (syntax errors, and what was skipped because of them); and, for each function
+        or class whose definition has a syntax error, where it is (``"code cell 6 has a syntax
+        error at line 20 ('(' was never closed)"``), so that its task can say so.
     """
     kept: list[str] = []
     notes: list[str] = []
+    broken: dict[str, str] = {}
     for number, cell in enumerate(cells, start=1):
         source = _strip_ipython(cell)
         if source is None:
             continue
-        try:
-            with _AST_LOCK:
-                tree = ast.parse(source)
-        except (SyntaxError, ValueError) as exc:
-            line = getattr(exc, "lineno", None)
-            where = f" (line {line})" if line else ""
-            notes.append(f"code cell {number} has a syntax error{where} and was skipped")
-            continue
-        body = [node for node in tree.body if _keep(node)]
+        statements, problems = _statements(source)
+        body = []
+        for node in statements:
+            if not _keep(node):
+                continue
+            problem = _compiles(node)
+            if problem is None:
+                body.append(node)
+            else:
+                problems.append(problem)
+        for problem in problems:
+            where = f" at line {problem.line}" if problem.line else ""
+            text = f"code cell {number} has a syntax error{where} ({problem.message})"
+            skipped = ", ".join(problem.names) or "the statement there"
+            notes.append(f"{text}: {skipped} skipped")
+            for name in problem.names:
+                broken.setdefault(name, text)
         if body:
             with _AST_LOCK:
                 kept.append(ast.unparse(ast.Module(body=body, type_ignores=[])))
-    return "\n\n".join(kept) + "\n", notes
+    return "\n\n".join(kept) + "\n", notes, broken
 
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -239,3 +324,33 @@ def student_id(path: Path, assignment: str) -> str:
         name = path.parent.name
     clean = _ID_CHARS.sub("_", name).lstrip(".-") or "unnamed"
     return clean[:100]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A notebook to grade and the id it is graded under."""
+
+    path: Path
+    student: str
+
+
+def find_submissions(paths: Iterable[Path], assignment: str) -> list[Found]:
+    """Every ``.ipynb`` given directly or found (recursively) in a given folder, with unique ids.
+
+    Checkpoint copies (``.ipynb_checkpoints``) are skipped. Two files that map to the same id
+    get ``-2``, ``-3``... in path order, so ids are stable for the same folder.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                p for p in sorted(path.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts
+            )
+        else:
+            files.append(path)
+    found, seen = [], {}
+    for path in sorted(dict.fromkeys(files), key=lambda p: str(p)):
+        base = student_id(path, assignment)
+        seen[base] = seen.get(base, 0) + 1
+        found.append(Found(path, base if seen[base] == 1 else f"{base}-{seen[base]}"))
+    return found

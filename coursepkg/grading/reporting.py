@@ -1,0 +1,171 @@
+"""Reporting: the gradebook files and the terminal summary, from graded records.
+
+- :func:`grades_csv`: ``grades.csv``, one row per submission (points per task, total, max,
+  status), safe to open in a spreadsheet;
+- :func:`gradescope_json`: a submission's Gradescope ``results.json``;
+- :func:`feedback_md`: a submission's ``feedback/<student>.md``: what passed, what failed and
+  why (hidden tests never show data);
+- :func:`summary_table`: the short table the command prints.
+
+Every function here is pure (records in, text out) and deterministic; :func:`atomic_write`
+writes a file whole or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from coursepkg.checks.core import Task
+from coursepkg.grading.submission import Found
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` is either the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def remove_unfinished_writes(out: Path) -> None:
+    """Delete the temporary files of writes that a killed run left (``.NAME.xxxxxx``)."""
+    for folder in (out, out / "results", out / "feedback", out / "cache"):
+        if folder.is_dir():
+            for path in folder.glob(".*"):
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+
+
+def spreadsheet_safe(value: object) -> object:
+    """Neutralise text a spreadsheet would run as a formula (a leading = + - @ tab or CR)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def total(record: dict) -> tuple[float, float]:
+    """(points, max points) of a submission's record."""
+    return (
+        round(sum(t["points"] for t in record["tasks"]), 6),
+        round(sum(t["max_points"] for t in record["tasks"]), 6),
+    )
+
+
+def overall_status(record: dict) -> str:
+    """passed, partial, failed, not attempted or unreadable."""
+    if record["status"] == "unreadable":
+        return "unreadable"
+    got, most = total(record)
+    if got >= most:
+        return "passed"
+    statuses = {t["status"] for t in record["tasks"]}
+    if statuses == {"not attempted"}:
+        return "not attempted"
+    return "partial" if got > 0 else "failed"
+
+
+def grades_csv(rows: list[tuple[Found, dict]], tasks: list[Task]) -> str:
+    """The gradebook: one row per (submission, record), in the order given."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(
+        ["student", "file"] + [f"{t.id} {t.func_name}" for t in tasks] + ["total", "max", "status"]
+    )
+    for found, record in rows:
+        got, most = total(record)
+        writer.writerow(
+            [spreadsheet_safe(found.student), spreadsheet_safe(found.path.name)]
+            + [_num(t["points"]) for t in record["tasks"]]
+            + [_num(got), _num(most), overall_status(record)]
+        )
+    return buf.getvalue()
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def gradescope_json(record: dict) -> str:
+    """The Gradescope results.json of one submission (hidden tests visible after publishing)."""
+    tests = []
+    for task in record["tasks"]:
+        for number, case in enumerate(task["cases"], start=1):
+            name = case["name"] if not case["hidden"] else f"hidden test {number}"
+            tests.append(
+                {
+                    "name": f"Task {task['id']} {task['func_name']}: {name}",
+                    "score": case["points"],
+                    "max_score": case["max_points"],
+                    # a test that earned nothing never says "passed" (Gradescope shows it green)
+                    "status": "passed"
+                    if case["status"] == "passed" and case["points"] > 0
+                    else "failed",
+                    "output": f"{case['status']}. {case['message']}".strip(),
+                    "visibility": "after_published" if case["hidden"] else "visible",
+                }
+            )
+    got, most = total(record)
+    result = {"score": got, "max_score": most, "tests": tests}
+    if record["status"] == "unreadable":
+        result["output"] = f"Your notebook could not be read: {record['problem']}."
+    return json.dumps(result, indent=2, sort_keys=True) + "\n"
+
+
+def feedback_md(found: Found, record: dict) -> str:
+    """A submission's feedback page (Markdown)."""
+    got, most = total(record)
+    lines = [
+        f"# Feedback for {found.student} ({found.path.name})",
+        "",
+        f"Score: {_num(got)} / {_num(most)}",
+        "",
+    ]
+    if record["status"] == "unreadable":
+        lines += [f"Your notebook could not be read: {record['problem']}.", ""]
+    for note in record.get("notes") or []:
+        lines.append(f"Note: {note}.")
+    for task in record["tasks"]:
+        lines += [
+            "",
+            f"## Task {task['id']} `{task['func_name']}`: {_num(task['points'])} / "
+            f"{_num(task['max_points'])} ({task['status']})",
+            "",
+        ]
+        for number, case in enumerate(task["cases"], start=1):
+            name = f"hidden test {number}" if case["hidden"] else case["name"]
+            mark = "PASS" if case["status"] == "passed" else case["status"].upper()
+            text = f"- {mark} [{_num(case['points'])}/{_num(case['max_points'])}] {name}"
+            if case["message"]:
+                text += f": {case['message']}"
+            lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(rows: list[tuple[Found, dict]], notes: list[str] | tuple[str, ...] = ()) -> str:
+    """A short plain-text table for the terminal: one line per submission, the counts, then
+    ``notes`` (which tests ran, the isolation in force), one per line."""
+    width = max([len(found.student) for found, _ in rows] + [7])
+    lines = [f"{'student':<{width}}  {'score':>11}  status"]
+    counts: dict[str, int] = {}
+    for found, record in rows:
+        got, most = total(record)
+        status = overall_status(record)
+        counts[status] = counts.get(status, 0) + 1
+        lines.append(f"{found.student:<{width}}  {_num(got):>5} / {_num(most):<3}  {status}")
+    lines.append(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    lines.extend(notes)
+    return "\n".join(lines)
