@@ -10,8 +10,9 @@ and the outputs are shuffled the same way. Four remedies, all usable by chapter 
   a fixed table of sines and cosines of geometrically spaced frequencies, added to the token
   embeddings (the original Transformer):
   PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
-* :class:`RelativePositionBias`: a learned bias per head and per clipped offset j - i, added
-  to the attention scores (in the spirit of Shaw et al. 2018 and T5).
+* :class:`RelativePositionBias`: a learned bias per head and per clipped offset s - t (key
+  position s minus query position t), added to the attention scores (in the spirit of Shaw et
+  al. 2018 and T5).
 * :func:`apply_rope` (and :class:`Rotary`, the hook attention calls): rotary position
   embedding (RoPE) rotates each pair (2i, 2i+1) of a query or key at position m by the angle
   m * base^(-2i/Dh), so the score of a query at m and a key at n depends on their content and
@@ -233,9 +234,9 @@ class Rotary(nn.Module):
 class RelativePositionBias(nn.Module):
     """A learned score bias per head for each offset between key and query, clipped.
 
-    The bias added to the score of query i and key j is ``b[h, clip(j - i)]`` with offsets
-    clipped to [-max_distance, max_distance]: every pair at the same (clipped) offset shares
-    one learned number per head.
+    The bias added to the score of the query at position t and the key at position s is
+    ``b[h, clip(s - t)]``, with offsets clipped to [-max_distance, max_distance]: every pair at
+    the same (clipped) offset shares one learned number per head.
 
     Args:
         n_heads: H.
@@ -251,17 +252,17 @@ class RelativePositionBias(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_heads, 2 * max_distance + 1))  # (H, 2M+1)
 
     def offsets(self, T: int, S: int | None = None, *, offset: int = 0) -> Tensor:
-        """(T, S) clipped offsets j - i, shifted to indices 0 .. 2 max_distance.
+        """(T, S) clipped offsets s - t, shifted to indices 0 .. 2 max_distance.
 
-        Query row t is at position i = offset + t, key column j at position j; S defaults to
+        Query row r is at position t = offset + r, key column s at position s; S defaults to
         offset + T (the keys are every position up to the last query).
         """
         _check_positive("T", T)
         _check_offset(offset)
         S = offset + T if S is None else S
         _check_positive("S", S)
-        queries = torch.arange(offset, offset + T)  # (T,): positions i
-        relative = torch.arange(S)[None, :] - queries[:, None]  # (T, S): j - i
+        queries = torch.arange(offset, offset + T)  # (T,): positions t
+        relative = torch.arange(S)[None, :] - queries[:, None]  # (T, S): s - t
         clipped = relative.clamp(-self.max_distance, self.max_distance)
         return (clipped + self.max_distance).to(self.bias.device)
 

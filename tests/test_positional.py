@@ -544,10 +544,10 @@ def test_relative_bias_entry_is_the_bias_of_the_clipped_offset(T, S, H, M):
     out = module(T, S)
     assert out.shape == (H, T, S) and out.dtype == F64
     for h in range(H):
-        for i in range(T):
-            for j in range(S):
-                offset = min(max(j - i, -M), M)
-                assert out[h, i, j] == module.bias[h, offset + M], (h, i, j)
+        for t in range(T):  # query position t, key position s: the offset s - t
+            for s in range(S):
+                offset = min(max(s - t, -M), M)
+                assert out[h, t, s] == module.bias[h, offset + M], (h, t, s)
     if T == S:
         assert torch.equal(module(T), out)  # S defaults to T
 
@@ -562,15 +562,15 @@ def test_relative_bias_is_shared_along_diagonals_and_clipped_at_the_ends():
     H, M, T = 2, 3, 12
     module = random_bias_module(H, M, seed=1)
     out = module(T)
-    for k in range(-T + 1, T):  # every pair at offset j - i = k shares one number per head
+    for k in range(-T + 1, T):  # every pair at offset s - t = k shares one number per head
         diagonal = out.diagonal(k, dim1=1, dim2=2)  # (H, T - |k|)
         end = module.bias[:, min(max(k, -M), M) + M]
         assert (diagonal == end[:, None]).all(), k
     # beyond max_distance: the end values, and only those
-    i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
-    assert (out[:, j - i >= M] == module.bias[:, -1:]).all()
-    assert (out[:, j - i <= -M] == module.bias[:, :1]).all()
-    inside = (j - i).abs() < M
+    t, s = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")  # query t, key s
+    assert (out[:, s - t >= M] == module.bias[:, -1:]).all()
+    assert (out[:, s - t <= -M] == module.bias[:, :1]).all()
+    inside = (s - t).abs() < M
     assert len(set(out[0, inside].tolist())) == 2 * M - 1  # the inner offsets are distinct
 
 
@@ -582,10 +582,10 @@ def test_relative_bias_gradients_reach_only_the_offsets_used(T, S, M):
     (module(T, S) * upstream).sum().backward()
     expected = torch.zeros(H, 2 * M + 1, dtype=F64)  # the sum of upstream per clipped offset
     used = set()
-    for i in range(T):
-        for j in range(S):
-            index = min(max(j - i, -M), M) + M
-            expected[:, index] += upstream[:, i, j]
+    for t in range(T):
+        for s in range(S):
+            index = min(max(s - t, -M), M) + M
+            expected[:, index] += upstream[:, t, s]
             used.add(index)
     torch.testing.assert_close(module.bias.grad, expected, rtol=0, atol=1e-14)
     unused = [c for c in range(2 * M + 1) if c not in used]
@@ -604,9 +604,9 @@ def test_relative_bias_offset_gives_the_last_rows_of_the_full_bias(T, offset, M)
     assert torch.equal(module(T, offset=offset), full[:, offset:])
     out = module(T, 4, offset=offset)
     for t in range(T):
-        for j in range(4):
-            index = min(max(j - (offset + t), -M), M) + M
-            assert torch.equal(out[:, t, j], module.bias[:, index]), (t, j)
+        for s in range(4):
+            index = min(max(s - (offset + t), -M), M) + M
+            assert torch.equal(out[:, t, s], module.bias[:, index]), (t, s)
 
 
 def test_relative_bias_offsets_with_an_offset_small_example():
