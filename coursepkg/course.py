@@ -58,7 +58,7 @@ class Chapter:
 
 
 CHAPTERS: tuple[Chapter, ...] = (
-    Chapter(1, "01_ngrams", "n-gram language models", ("ngram",), "ngram_explorer"),
+    Chapter(1, "01_ngrams", "n-gram language models", ("ngram", "feedforward"), "ngram_explorer"),
     Chapter(2, "02_rnn", "RNNs and LSTMs", ("rnn",), "rnn_state_explorer"),
     Chapter(3, "03_attention", "Attention", ("attention",), "attention_lookup_explorer"),
     Chapter(4, "04_self_attention", "Self-attention", ("self_attention",),
@@ -67,6 +67,16 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(6, "06_positional", "Positional encodings", ("positional",), "rope_explorer"),
     Chapter(7, "07_transformer", "The full Transformer", ("transformer",), "sampling_explorer"),
 )
+
+
+#: The package's teaching modules in book order: each may import only the ones before it (and the
+#: support modules), never a later chapter's. The chapters' own modules come first, then what the
+#: last chapters add around them.
+TEACHING_MODULES: tuple[str, ...] = (
+    *(name for ch in CHAPTERS for name in ch.modules), "lm", "tokenize",
+)
+#: Modules any teaching module may import: the data, and the model-free beam search.
+SUPPORT_MODULES: tuple[str, ...] = ("data", "decoding", "course")
 
 
 def chapter(stem: str) -> Chapter:

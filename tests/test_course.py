@@ -4,6 +4,7 @@ and so does a page or an exercise set that the manifest does not know."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -101,3 +102,29 @@ def test_benchmark_results_reads_published_files_and_prefers_the_complete_grader
     assert course.benchmark_results("grader", tmp_path)["results"]["lean"] is True
     (tmp_path / "grader.json").write_text('{"results": {"lean": false}}')
     assert course.benchmark_results("grader", tmp_path)["results"]["lean"] is False
+
+
+@pytest.mark.parametrize("module", course.TEACHING_MODULES)
+def test_teaching_modules_import_only_backward_in_the_book(module):
+    """A chapter's module imports nothing of a later chapter (multihead knows nothing of
+    positional: chapter 6's encodings reach attention as values at call time), and nothing of
+    the checks, the grader, the plots or the authoring tools."""
+    path = ROOT / "coursepkg" / f"{module}.py"
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    imported = {name.split(".")[1] for name in names if name.startswith("coursepkg.")}
+    earlier = set(course.TEACHING_MODULES[:course.TEACHING_MODULES.index(module)])
+    assert imported <= earlier | set(course.SUPPORT_MODULES), (
+        f"{module} imports {sorted(imported - earlier - set(course.SUPPORT_MODULES))}")
+
+
+def test_every_module_of_the_package_has_a_place():
+    """A new module is a teaching module (in book order), a support module or a subsystem."""
+    subsystems = {"__init__", "__main__", "authoring", "checks", "grading", "viz"}
+    found = {p.stem for p in (ROOT / "coursepkg").iterdir()
+             if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").is_file())}
+    assert found == set(course.TEACHING_MODULES) | set(course.SUPPORT_MODULES) | subsystems

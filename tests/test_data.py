@@ -12,12 +12,16 @@ from hypothesis import strategies as st
 from coursepkg import data
 from coursepkg.data import (
     DATE_FORMATS,
+    FOLIO_GENRE,
+    GENRES,
     MARKOV_EXAMPLE,
     CharTokenizer,
     CorpusNotFoundError,
+    WordVocab,
     ab_task,
     copy_task,
     dates_task,
+    genre_task,
     markov_entropy_rate,
     markov_source,
     random_transition_matrix,
@@ -313,3 +317,144 @@ def test_markov_errors():
         markov_source(2, 3, generator=gen(0), transition=torch.ones(2, 3) / 3)
     t = random_transition_matrix(4, generator=gen(0))
     assert torch.allclose(t.sum(dim=1), torch.ones(4, dtype=torch.float64)) and (t > 0).all()
+
+
+# ----------------------------------------------------------------------------- classification
+def test_the_genre_table_lists_every_work_of_the_corpus_once():
+    stems = [stem for stem, _, _ in data._works()]
+    assert sorted(FOLIO_GENRE) == stems  # every *_gut.txt file, none twice, none missing
+    groups = [g for g in FOLIO_GENRE.values() if g is not None]
+    assert {g: groups.count(g) for g in GENRES} == {"comedy": 14, "history": 10, "tragedy": 12}
+    assert [s for s, g in FOLIO_GENRE.items() if g is None] == [
+        "lovers_complaint_gut", "passionate_pilgrim_gut", "pericles_gut",
+        "phoenix_and_the_turtle_gut", "rape_of_lucrece_gut", "sonnets_gut",
+    ]
+    assert FOLIO_GENRE["hamlet_gut"] == "tragedy" and FOLIO_GENRE["henry_v_gut"] == "history"
+    assert FOLIO_GENRE["tempest_gut"] == "comedy"
+
+
+SPEECHES = """\
+ACT I.
+
+Scene I. A room.
+
+[Enter Bernardo and two Clowns.]
+
+Ber.
+Who's there? [Aside.] Speak,
+friend.
+
+1 Clown.
+A friend.
+
+[Enter Ghost.]
+
+Nay, two friends.
+
+Ber.
+Welcome both.
+
+Ber.
+And twice welcome.
+
+Scene II. Another room.
+
+Not a speech: no speaker yet.
+
+HAMLET.
+To be.
+"""
+
+
+def test_speeches_are_cut_at_speakers_without_directions():
+    assert data._speeches(SPEECHES) == [
+        "Who's there? Speak, friend.",
+        "A friend. Nay, two friends.",  # a stage direction does not end a speech
+        "Welcome both. And twice welcome.",  # the same speaker twice in a row: one speech
+        "To be.",
+    ]
+
+
+def test_genre_task_sizes_of_the_documented_split():
+    """The numbers genre_task's docstring states, and what the test side holds."""
+    train, test = genre_task()
+    assert (len(train), len(test)) == (8_025, 2_586)
+    assert [train.labels.count(k) for k in range(3)] == [3_102, 2_099, 2_824]
+    assert [test.labels.count(k) for k in range(3)] == [783, 994, 809]
+    assert sorted(set(test.plays)) == sorted([
+        "A Midsummer Night's Dream", "Love's Labour's Lost", "Measure for Measure",
+        "King Henry IV, Part 2", "King Henry V", "King Richard III",
+        "Julius Caesar", "Macbeth", "Troilus and Cressida",
+    ])
+    assert len(set(train.plays)) == 27
+    assert test.labels.count(1) / len(test) == pytest.approx(0.384, abs=5e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_genre_task_splits_by_play(seed):
+    train, test = genre_task(seed=seed)
+    assert not set(train.plays) & set(test.plays)  # no play on both sides
+    titles = {title: FOLIO_GENRE[stem] for stem, title, _ in data._works()}
+    for side, plays_per_genre in [(test, 3), (train, None)]:
+        assert len(side.texts) == len(side.labels) == len(side.plays) == len(side)
+        assert all(GENRES[label] == titles[play]
+                   for label, play in zip(side.labels, side.plays, strict=True))
+        assert all(len(word_tokenize(text)) >= 20 for text in side.texts)
+        if plays_per_genre:
+            held = [titles[play] for play in set(side.plays)]
+            assert {g: held.count(g) for g in GENRES} == dict.fromkeys(GENRES, 3)
+    assert len(set(train.plays) | set(test.plays)) == 36  # every Folio play on one side
+
+
+def test_genre_task_is_deterministic_and_seeded():
+    a, b = genre_task(seed=3), genre_task(seed=3)
+    assert a == b
+    others = [set(genre_task(seed=s)[1].plays) for s in range(4)]
+    assert len({frozenset(o) for o in others}) > 1  # the seed chooses the test plays
+    long_train, long_test = genre_task(min_words=60)
+    assert set(long_test.plays) == set(genre_task()[1].plays)  # the split is the same
+    assert len(long_train) < len(a[0]) and all(
+        len(word_tokenize(t)) >= 60 for t in long_train.texts)
+    wide_train, wide_test = genre_task(test_plays=5)
+    assert len(set(wide_test.plays)) == 15 and len(set(wide_train.plays)) == 21
+
+
+@pytest.mark.parametrize("kwargs, match", [({"test_plays": 10}, "at most 9"),
+                                           ({"test_plays": 0}, "test_plays must be an int"),
+                                           ({"min_words": 0}, "min_words must be an int")])
+def test_genre_task_rejects_bad_sizes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        genre_task(**kwargs)
+
+
+def test_word_vocab_ids_by_frequency_with_pad_and_unk():
+    vocab = WordVocab(min_count=1).fit(["the cat", "the dog"])
+    assert vocab.words == ("the", "cat", "dog") and vocab.vocab_size == 5
+    ids, lengths = vocab.encode_batch(["The dog", "a cat sat", "!"])
+    assert ids.tolist() == [[2, 4, 0], [1, 3, 1], [0, 0, 0]]
+    assert lengths.tolist() == [2, 3, 0] and ids.dtype == lengths.dtype == torch.long
+    assert vocab.decode(ids[1]) == ["<unk>", "cat", "<unk>"]
+    assert vocab.decode([2, 4, 0, 0]) == ["the", "dog"]
+    twice = WordVocab().fit(["a b b", "c a"])  # min_count=2 by default: c is unknown
+    assert twice.words == ("a", "b") and twice.encode("c b") == [WordVocab.UNK, 3]
+
+
+def test_word_vocab_errors():
+    vocab = WordVocab().fit(["a a"])
+    with pytest.raises(ValueError, match="a list of texts"):
+        vocab.fit("a a")
+    with pytest.raises(ValueError, match="at least one text"):
+        vocab.encode_batch([])
+    with pytest.raises(ValueError, match=r"id 3 is not in 0..2"):
+        vocab.decode([3])
+    with pytest.raises(ValueError, match="min_count"):
+        WordVocab(min_count=0)
+
+
+def test_word_vocab_on_the_genre_task():
+    train, test = genre_task()
+    vocab = WordVocab().fit(train.texts)
+    ids, lengths = vocab.encode_batch(test.texts[:50])
+    assert ids.shape == (50, int(lengths.max())) and (lengths >= 20).all()
+    assert vocab.words[:3] == ("the", "and", "i")
+    assert 0.0 < (ids == WordVocab.UNK).sum() / lengths.sum() < 0.1  # a few unknown words

@@ -1,14 +1,31 @@
 """Tests of coursepkg.lm: batches, the training loop, evaluation in nats/token and sampling,
-with toy models whose logits (and so whose losses) are known exactly."""
+with toy models whose logits (and so whose losses) are known exactly; decoding with a
+key/value cache (equal to recomputation for every positional encoding, within and beyond
+block_size), top-p, and beam search (greedy at width 1, scores recomputed, exhaustive search on
+a tiny model)."""
 
+import itertools
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
-from coursepkg.lm import TrainHistory, evaluate, generate, get_batch, next_token_probs, train
+from coursepkg.decoding import batched_beam_search
+from coursepkg.feedforward import FeedForwardLM
+from coursepkg.lm import (
+    TrainHistory,
+    beam_search,
+    evaluate,
+    generate,
+    get_batch,
+    next_token_probs,
+    resolve_device,
+    train,
+)
 from coursepkg.rnn import RNNLM
 from coursepkg.transformer import TransformerLM
 
@@ -485,6 +502,7 @@ def test_cross_entropy_of_toy_models_agrees_with_torch():
 # ----------------------------------------------------------------------------- every LM
 POSITIONS = ["learned", "sinusoidal", "rope", "relative", "none"]
 LANGUAGE_MODELS = {
+    "feedforward": lambda V: FeedForwardLM(V, 3, 8, 32),
     "rnnlm-lstm": lambda V: RNNLM(V, 16, 32, cell="lstm"),
     "rnnlm-rnn": lambda V: RNNLM(V, 16, 32, cell="rnn"),
     **{f"transformer-{pos}": (lambda V, pos=pos: TransformerLM(V, 8, 16, 2, 1, pos=pos))
@@ -564,3 +582,426 @@ def test_generate_rejects_a_block_size_below_one(block_size):
     model = RNNLM(5, d_embed=4, d_hidden=6)
     with pytest.raises(ValueError, match=rf"block_size must be >= 1 or None, got {block_size}"):
         generate(model, torch.zeros(1, 3, dtype=torch.long), 2, block_size=block_size)
+
+
+# ----------------------------------------------------------------------------- the cache
+class Recording(nn.Module):
+    """A language model that notes the logits it gives for the next token, and how it was
+    called: ``("forward", T)`` for a recomputation over T tokens, ``("step", T, P)`` for T new
+    tokens after P cached ones."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.block_size = lm.block_size
+        self.logits: list[torch.Tensor] = []
+        self.calls: list[tuple] = []
+
+    def forward(self, idx):
+        out = self.lm(idx)
+        self.logits.append(out[:, -1])
+        self.calls.append(("forward", idx.shape[1]))
+        return out
+
+    def decode_step(self, idx, cache=None):
+        out, new_cache = self.lm.decode_step(idx, cache)
+        self.logits.append(out[:, -1])
+        self.calls.append(("step", idx.shape[1], 0 if cache is None else cache.length))
+        return out, new_cache
+
+
+def small_transformer(pos: str, *, block_size: int = 9, norm_first: bool = True,
+                      fused: bool = False, seed: int = 0, V: int = 11) -> TransformerLM:
+    """A tiny float64 TransformerLM in eval mode; relative biases random (not 0)."""
+    torch.manual_seed(seed)
+    model = TransformerLM(V, block_size, 16, 2, 2, pos=pos, norm_first=norm_first,
+                          fused=fused).double().eval()
+    if model.relative is not None:
+        with torch.no_grad():
+            for table in model.relative:
+                table.bias.normal_(generator=gen(seed + 1))
+    return model
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+@pytest.mark.parametrize("norm_first, fused", [(True, False), (False, False), (True, True)],
+                         ids=["pre-norm", "post-norm", "fused"])
+def test_cached_generation_equals_recomputation_within_and_beyond_block_size(
+        pos, norm_first, fused):
+    """The same logits (float64, 1e-10) at every step and the same samples under the same
+    generator; within block_size the cached model reads one new token per step, beyond it the
+    window is computed again, as without a cache."""
+    lm_ = small_transformer(pos, norm_first=norm_first, fused=fused)
+    prompt = torch.randint(0, 11, (2, 3), generator=gen(1))
+    runs = {}
+    for use_cache in (True, False):
+        model = Recording(lm_)
+        out = generate(model, prompt, 14, generator=gen(5), use_cache=use_cache)
+        runs[use_cache] = (out, model)
+    (cached, with_cache), (plain, without) = runs[True], runs[False]
+    assert torch.equal(cached, plain)
+    assert len(with_cache.logits) == len(without.logits) == 14
+    for a, b in zip(with_cache.logits, without.logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    # 3 prompt tokens, then one token per step until the window of 9 is full, then windows
+    assert with_cache.calls == ([("step", 3, 0)] + [("step", 1, P) for P in range(3, 9)]
+                                + [("forward", 9)] * 7)
+    assert without.calls == [("forward", min(T, 9)) for T in range(3, 17)]
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_cached_generation_gives_the_same_samples_in_float32(pos):
+    torch.manual_seed(0)
+    lm_ = TransformerLM(11, 12, 16, 2, 2, pos=pos).eval()
+    prompt = torch.randint(0, 11, (3, 2), generator=gen(2))
+    a = generate(lm_, prompt, 20, temperature=1.3, generator=gen(7))
+    b = generate(lm_, prompt, 20, temperature=1.3, generator=gen(7), use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_a_longer_block_size_than_the_model_s_keeps_the_cache_for_rope():
+    """generate(block_size=...) sets the window; a RoPE model reads windows longer than its
+    training length, cached as far as the window goes."""
+    model = Recording(small_transformer("rope", block_size=4))
+    out = generate(model, torch.tensor([[1, 2]]), 10, temperature=0, block_size=20)
+    assert [c[0] for c in model.calls] == ["step"] * 10
+    plain = generate(small_transformer("rope", block_size=4), torch.tensor([[1, 2]]), 10,
+                     temperature=0, block_size=20, use_cache=False)
+    assert torch.equal(out, plain)
+
+
+def test_a_prompt_longer_than_block_size_is_cropped_with_or_without_cache():
+    lm_ = small_transformer("learned", block_size=6)
+    prompt = torch.randint(0, 11, (2, 15), generator=gen(0))
+    a = generate(lm_, prompt, 4, generator=gen(3))
+    b = generate(lm_, prompt, 4, generator=gen(3), use_cache=False)
+    assert torch.equal(a, b) and torch.equal(a[:, :15], prompt)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "rnn"])
+def test_a_model_without_a_cache_is_recomputed_whatever_use_cache_says(cell):
+    torch.manual_seed(0)
+    model = RNNLM(7, 8, 16, cell=cell).double()
+    prompt = torch.tensor([[1, 2, 3]])
+    a = generate(model, prompt, 9, generator=gen(4))
+    b = generate(model, prompt, 9, generator=gen(4), use_cache=False)
+    assert torch.equal(a, b)
+    table = random_table(6, seed=2)  # and a bigram table, with and without block_size
+    for block_size in (None, 2):
+        a = generate(Bigram(table), prompt % 6, 7, generator=gen(1), block_size=block_size)
+        b = generate(Bigram(table), prompt % 6, 7, generator=gen(1), block_size=block_size,
+                     use_cache=False)
+        assert torch.equal(a, b)
+
+
+def test_generate_restores_the_mode_with_the_cache():
+    lm_ = small_transformer("rope")
+    lm_.train()
+    generate(lm_, torch.tensor([[1]]), 3)
+    assert lm_.training
+
+
+# ----------------------------------------------------------------------------- top-p
+def test_top_p_keeps_the_fewest_most_likely_tokens_that_reach_p():
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]], dtype=torch.float64)
+    logits = probs.log()
+    # ranked: 0.5 (id 1), 0.3 (id 3), 0.15 (id 0), 0.05 (id 2); the mass above: 0, .5, .8, .95
+    for top_p, kept in [(0.3, [1]), (0.5, [1]), (0.51, [1, 3]), (0.79, [1, 3]),
+                        (0.81, [1, 3, 0]), (0.96, [0, 1, 2, 3])]:
+        out = next_token_probs(logits, top_p=top_p)
+        expected = torch.zeros_like(probs)
+        expected[0, kept] = probs[0, kept] / probs[0, kept].sum()
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_top_p_ranks_equal_probabilities_by_token_id():
+    logits = torch.zeros(1, 4, dtype=torch.float64)  # four tokens of 1/4
+    assert next_token_probs(logits, top_p=0.5).tolist() == [[0.5, 0.5, 0.0, 0.0]]
+    assert next_token_probs(logits, top_p=0.1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.integers(2, 12), st.floats(0.01, 1.0), st.floats(0.2, 3.0),
+       st.one_of(st.none(), st.integers(1, 12)), st.integers(0, 10_000))
+def test_top_p_properties(V, top_p, temperature, top_k, seed):
+    logits = torch.randn(3, V, generator=gen(seed), dtype=torch.float64) * 3
+    out = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    torch.testing.assert_close(out.sum(-1), torch.ones(3, dtype=torch.float64))
+    # the order: temperature, then top-k, then top-p on what top-k left
+    before = next_token_probs(logits, temperature=temperature, top_k=top_k)
+    assert torch.equal(next_token_probs(logits / temperature, top_k=top_k, top_p=top_p), out)
+    for row, full in zip(out, before, strict=True):
+        kept = row > 0
+        assert kept.sum() >= 1 and kept[full.argmax()]  # the best token always stays
+        assert (full[kept] > 0).all()  # top-p only removes
+        torch.testing.assert_close(row[kept], full[kept] / full[kept].sum())  # renormalised
+        mass = full[kept].sum().item()
+        assert mass >= top_p - 1e-12  # the nucleus reaches p ...
+        smallest = full[kept].min().item()
+        assert mass - smallest < top_p + 1e-12  # ... and is the fewest tokens that do
+        assert (full[~kept] <= smallest).all()  # the most likely ones
+
+
+def test_top_p_one_is_plain_sampling_under_the_same_generator():
+    logits = torch.randn(4, 9, generator=gen(0), dtype=torch.float64)
+    assert torch.equal(next_token_probs(logits, top_p=1.0), next_token_probs(logits))
+    assert torch.equal(next_token_probs(logits, temperature=0.7, top_k=4, top_p=1.0),
+                       next_token_probs(logits, temperature=0.7, top_k=4))
+    model = small_transformer("rope")
+    prompt = torch.tensor([[1, 2], [3, 4]])
+    assert torch.equal(generate(model, prompt, 12, top_p=1.0, generator=gen(2)),
+                       generate(model, prompt, 12, generator=gen(2)))
+
+
+def test_generate_with_top_p_samples_only_inside_the_nucleus():
+    table = random_table(8, seed=6)
+    prompt = torch.arange(8)[:, None]  # every previous token once
+    model = Bigram(table)
+    out = generate(model, prompt.repeat(20, 1), 1, top_p=0.6, temperature=0.8,
+                   generator=gen(9))
+    allowed = next_token_probs(table, temperature=0.8, top_p=0.6) > 0  # (V, V)
+    assert allowed[out[:, 0], out[:, 1]].all()
+    assert not allowed.all()  # the nucleus did remove tokens
+
+
+@pytest.mark.parametrize("top_p", [0.0, -0.1, 1.5])
+def test_top_p_outside_zero_one_is_refused(top_p):
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\] or None"):
+        next_token_probs(torch.zeros(1, 3), top_p=top_p)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(Bigram(chain_table(3)), torch.zeros(1, 1, dtype=torch.long), 2, top_p=top_p)
+
+
+# ----------------------------------------------------------------------------- beam search
+def sequence_logprob(model: nn.Module, seq: torch.Tensor, T: int, eos_id=None) -> tuple:
+    """(sum of log p of seq[T:], number of tokens scored), each token's log-probability
+    recomputed with forward on the window of at most the model's block_size tokens before it;
+    with eos_id, the tokens after the first eos are not scored."""
+    window = getattr(model, "block_size", None) or seq.shape[0]
+    total, n = 0.0, 0
+    for t in range(T, seq.shape[0]):
+        with torch.no_grad():
+            logits = model(seq[None, max(0, t - window) : t])[0, -1]  # (V,)
+        total += torch.log_softmax(logits, dim=-1)[seq[t]].item()
+        n += 1
+        if eos_id is not None and seq[t].item() == eos_id:
+            break
+    return total, n
+
+
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_beam_of_one_is_greedy_decoding(pos):
+    model = small_transformer(pos, block_size=6)
+    prompt = torch.tensor([[4, 1, 7]])
+    greedy = generate(model, prompt, 8, temperature=0)  # beyond block_size too
+    for use_cache in (True, False):
+        sequences, scores = beam_search(model, prompt, 8, 1, use_cache=use_cache)
+        assert sequences.shape == (1, 11) and scores.shape == (1,)
+        assert torch.equal(sequences, greedy)
+        assert scores[0].item() == pytest.approx(sequence_logprob(model, greedy[0], 3)[0],
+                                                 abs=1e-10)
+
+
+def test_beam_of_one_stops_at_eos_and_pads_with_it():
+    model = Bigram(chain_table(5))  # 0 1 2 3 4 0 ... greedily
+    sequences, scores = beam_search(model, torch.tensor([[1]]), 6, 1, eos_id=4)
+    assert sequences.tolist() == [[1, 2, 3, 4, 4, 4, 4]]
+    total, n = sequence_logprob(model, sequences[0], 1, eos_id=4)
+    assert n == 3 and scores[0].item() == pytest.approx(total, abs=1e-12)
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "relative"])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+@pytest.mark.parametrize("eos_id", [None, 2])
+def test_beam_scores_are_the_model_s_log_probabilities_recomputed(pos, length_penalty, eos_id):
+    model = small_transformer(pos, block_size=8, V=5)
+    prompt = torch.tensor([[3, 1]])
+    sequences, scores = beam_search(model, prompt, 5, 4, length_penalty=length_penalty,
+                                    eos_id=eos_id)
+    assert sequences.shape == (4, 7) and torch.equal(sequences[:, :2], prompt.expand(4, 2))
+    assert len({tuple(s) for s in sequences.tolist()}) == 4  # distinct hypotheses
+    assert (scores[:-1] >= scores[1:]).all()  # best first
+    for seq, score in zip(sequences, scores, strict=True):
+        total, n = sequence_logprob(model, seq, 2, eos_id)
+        assert score.item() == pytest.approx(total / n**length_penalty, abs=1e-10)
+        if eos_id is not None and (seq[2:] == eos_id).any():  # padded with eos after it
+            first = int((seq[2:] == eos_id).nonzero()[0]) + 2
+            assert (seq[first:] == eos_id).all()
+    uncached = beam_search(model, prompt, 5, 4, length_penalty=length_penalty, eos_id=eos_id,
+                           use_cache=False)
+    assert torch.equal(uncached[0], sequences)
+    torch.testing.assert_close(uncached[1], scores, rtol=0, atol=1e-10)
+
+
+def all_hypotheses(V: int, n: int, eos_id):
+    """Every continuation of up to n tokens: those ending at eos (padded with it), and those
+    of n tokens without eos."""
+    out = []
+    for length in range(1, n + 1):
+        for tokens in itertools.product(range(V), repeat=length):
+            if eos_id is None and length < n:
+                continue
+            if eos_id is not None and (eos_id in tokens[:-1]
+                                       or (length < n and tokens[-1] != eos_id)):
+                continue
+            pad = [] if eos_id is None else [eos_id] * (n - length)
+            out.append(list(tokens) + pad)
+    return out
+
+
+@pytest.mark.parametrize("eos_id", [None, 0])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+def test_a_wide_beam_is_an_exhaustive_search_over_all_short_sequences(eos_id, length_penalty,
+                                                                       pos):
+    """With V = 3 and 3 new tokens, a beam of 27 keeps every hypothesis: it returns all of
+    them (15 with an eos, 27 without), ranked as exhaustive search ranks them; a narrow beam
+    returns hypotheses from the same list with the same scores."""
+    model = small_transformer(pos, block_size=6, V=3, seed=3)
+    prompt = torch.tensor([[1, 2]])
+    exhaustive = []
+    for tokens in all_hypotheses(3, 3, eos_id):
+        seq = torch.tensor([1, 2, *tokens])
+        total, n = sequence_logprob(model, seq, 2, eos_id)
+        exhaustive.append((total / n**length_penalty, tokens))
+    exhaustive.sort(key=lambda item: -item[0])
+    assert len(exhaustive) == (27 if eos_id is None else 15)
+    sequences, scores = beam_search(model, prompt, 3, 27, length_penalty=length_penalty,
+                                    eos_id=eos_id)
+    assert sequences[:, 2:].tolist() == [tokens for _, tokens in exhaustive]
+    torch.testing.assert_close(scores, torch.tensor([s for s, _ in exhaustive],
+                                                    dtype=torch.float64), rtol=0, atol=1e-10)
+    narrow, narrow_scores = beam_search(model, prompt, 3, 2, length_penalty=length_penalty,
+                                        eos_id=eos_id)
+    found = dict((tuple(tokens), score) for score, tokens in exhaustive)
+    for seq, score in zip(narrow[:, 2:].tolist(), narrow_scores.tolist(), strict=True):
+        assert score == pytest.approx(found[tuple(seq)], abs=1e-10)
+    assert narrow_scores[0] <= scores[0] + 1e-12  # never better than the best
+
+
+def test_beam_search_finds_what_greedy_misses():
+    """A bigram chain where the greedy first step leads to a poor second step."""
+    table = torch.full((4, 4), -10.0, dtype=torch.float64)
+    table[0, 1], table[0, 2] = 0.0, -0.2  # after 0: 1 is a little better than 2
+    table[1, :] = 0.0  # after 1: anything, probability 1/4 each
+    table[2, 3] = 0.0  # after 2: 3, almost surely
+    model = Bigram(table)
+    greedy = generate(model, torch.tensor([[0]]), 2, temperature=0)
+    sequences, scores = beam_search(model, torch.tensor([[0]]), 2, 2)
+    assert greedy[0, 1].item() == 1 and sequences[0].tolist() == [0, 2, 3]
+    assert scores[0] > sequence_logprob(model, greedy[0], 1)[0]
+
+
+def test_batched_beam_search_treats_each_row_on_its_own():
+    model = small_transformer("rope", V=7)
+    prompts = torch.tensor([[1, 2, 3], [6, 0, 5]])
+
+    def step(seqs, parents):
+        with torch.no_grad():
+            return torch.log_softmax(model(seqs)[:, -1], dim=-1)
+
+    sequences, scores = batched_beam_search(step, prompts, 4, 3, eos_id=0)
+    assert sequences.shape == (2, 3, 7) and scores.shape == (2, 3)
+    for b in range(2):
+        alone, alone_scores = beam_search(model, prompts[b : b + 1], 4, 3, eos_id=0)
+        assert torch.equal(sequences[b], alone)
+        torch.testing.assert_close(scores[b], alone_scores, rtol=0, atol=1e-10)
+
+
+def test_batched_beam_search_passes_the_parents_of_the_kept_hypotheses():
+    seen = []
+
+    def step(seqs, parents):
+        seen.append((seqs.clone(), parents))
+        return torch.log_softmax(torch.randn(seqs.shape[0], 3, generator=gen(len(seen))), -1)
+
+    batched_beam_search(step, torch.tensor([[0], [1]]), 3, 2)
+    assert seen[0][1] is None and seen[0][0].shape == (2, 1)
+    for (before, _), (after, parents) in zip(seen, seen[1:], strict=False):
+        assert after.shape[0] == 4 and parents.shape == (4,)
+        assert torch.equal(after[:, :-1], before[parents])  # each extends its parent
+        half = before.shape[0] // 2  # row b's hypotheses extend row b's sequences
+        assert (parents[:2] < half).all() and (parents[2:] >= half).all()
+
+
+def test_beam_search_restores_the_mode_and_refuses_bad_arguments():
+    model = small_transformer("rope")
+    model.train()
+    beam_search(model, torch.tensor([[1]]), 2, 2)
+    assert model.training
+    with pytest.raises(ValueError, match=r"idx must be \(1, T\)"):
+        beam_search(model, torch.tensor([[1], [2]]), 2, 2)
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        beam_search(model, torch.tensor([[1]]), 2, 0)
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
+        beam_search(model, torch.tensor([[1]]), 0, 2)
+    with pytest.raises(ValueError, match=r"idx must be \(B, T\) with T >= 1"):
+        beam_search(model, torch.zeros(1, 0, dtype=torch.long), 2, 2)
+    with pytest.raises(ValueError, match=r"eos_id must be a token id in 0\.\.10, got 11"):
+        beam_search(model, torch.tensor([[1]]), 2, 2, eos_id=11)
+
+
+# ----------------------------------------------------------------------------- devices
+class DeviceRecorder(nn.Module):
+    """A bigram table that records the device of every input it is given."""
+
+    def __init__(self, V: int = 5) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(V, V))
+        self.devices: list[torch.device] = []
+
+    def forward(self, idx):
+        self.devices.append(idx.device)
+        return self.table[idx]  # (B, T, V)
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_train_accepts_and_respects_a_device(device):
+    model = DeviceRecorder()
+    ids = repetitive_ids(100)
+    history = train(model, ids, ids[:40], steps=3, batch_size=2, block_size=8, lr=0.1,
+                    progress=False, device=device)
+    assert model.devices and set(model.devices) == {torch.device("cpu")}  # train and eval
+    assert model.table.device == torch.device("cpu")
+    default = DeviceRecorder()
+    same = train(default, ids, ids[:40], steps=3, batch_size=2, block_size=8, lr=0.1,
+                 progress=False)
+    if not torch.cuda.is_available():  # None is the CPU here: the same history
+        assert history.train_loss == same.train_loss and history.val_loss == same.val_loss
+
+
+def test_resolve_device_takes_cuda_only_when_there_is_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device() == torch.device("cpu") == resolve_device(None)
+    with pytest.raises(ValueError, match=r"'cuda' does not exist: this machine has 0 CUDA"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device() == torch.device("cuda")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("device, match", [
+    ("cuda:99", "'cuda:99' does not exist"),
+    ("gpu", "'gpu' is not a device"),
+    (3.5, "is not a device"),
+])
+def test_train_names_a_device_that_does_not_exist(device, match):
+    with pytest.raises(ValueError, match=match):
+        train(DeviceRecorder(), repetitive_ids(50), steps=1, batch_size=2, block_size=4,
+              lr=0.1, progress=False, device=device)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("name", ["feedforward", "rnnlm-lstm", "transformer-rope"])
+def test_train_and_evaluate_on_the_gpu(name):
+    torch.manual_seed(0)
+    model = LANGUAGE_MODELS[name](5)
+    ids, val = repetitive_ids(400), repetitive_ids(60)  # on the CPU: train moves the batches
+    history = train(model, ids, val, steps=30, batch_size=8, block_size=8, lr=3e-2,
+                    progress=False)  # None: CUDA, since there is a GPU
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    assert history.val_loss[-1] < 0.05
+    assert evaluate(model, val, block_size=8) == pytest.approx(history.val_loss[-1], rel=1e-5)
+    cpu = LANGUAGE_MODELS[name](5)
+    cpu.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+    assert evaluate(cpu, val, block_size=8) == pytest.approx(history.val_loss[-1], abs=1e-4)

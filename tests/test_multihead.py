@@ -7,11 +7,9 @@ the number of heads; properties (weights are distributions, masks, causality, pe
 equivariance, heads are independent); dropout; errors; learning a task that needs two
 attention patterns at once; the pure function multi_head_attention (equal to torch's
 F.multi_head_attention_forward and to the module); the call-time hooks (rotate, score_bias, one
-rule for 3-D masks and biases); the fused path; record_attention; imports only backward."""
+rule for 3-D masks and biases); the fused path; record_attention (imports: tests/test_course.py)."""
 
-import ast
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -1252,24 +1250,3 @@ def test_fused_forward_records_nothing():
         m.fused_forward(x, x, x)
     assert maps == {}
 
-
-# ----------------------------------------------------------------------------- book order
-BOOK_ORDER = ["ngram", "rnn", "attention", "self_attention", "multihead", "positional",
-              "transformer", "lm"]
-
-
-@pytest.mark.parametrize("module", ["multihead", "positional", "transformer"])
-def test_imports_point_only_backward_in_the_book(module):
-    """multihead (chapter 5) imports nothing of positional (chapter 6) or later: chapter 6's
-    encodings reach attention as values at call time."""
-    path = Path(__file__).resolve().parents[1] / "coursepkg" / f"{module}.py"
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.append(node.module)
-        elif isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-    imported = {name.split(".")[1] for name in names if name.startswith("coursepkg.")}
-    assert "torch" in names, "the test reads the module's imports"
-    later = set(BOOK_ORDER[BOOK_ORDER.index(module):])
-    assert not imported & later, f"{module} imports {sorted(imported & later)}"
