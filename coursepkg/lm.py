@@ -437,6 +437,7 @@ def generate(
     _check_prompt(idx)
     _check_sampling(temperature, top_k, top_p)
     block_size = _window(model, block_size)
+    idx = idx.to(_model_device(model))  # the prompt goes where the model is (a GPU, say)
     was_training = model.training
     model.eval()
     cache = None
@@ -447,10 +448,19 @@ def generate(
         if temperature == 0:  # greedy: the one-hot's token, without drawing from the generator
             nxt = probs.argmax(dim=-1, keepdim=True)  # (B, 1)
         else:
-            nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            nxt = _draw(probs, generator)  # (B, 1)
         idx = torch.cat([idx, nxt], dim=1)
     model.train(was_training)
     return idx
+
+
+def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row from ``probs`` (B, V): (B, 1). A CPU generator draws on the CPU even
+    when the model is on a GPU, so a seed gives the same tokens on every device."""
+    if generator is not None and generator.device != probs.device:
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(
+            probs.device)
+    return torch.multinomial(probs, 1, generator=generator)
 
 
 @torch.no_grad()
@@ -494,6 +504,7 @@ def beam_search(
         raise ValueError(f"beam_search decodes one prompt: idx must be (1, T), got "
                          f"{tuple(idx.shape)}")
     block_size = _window(model, block_size)
+    idx = idx.to(_model_device(model))
     cache = None
 
     def step(seqs: Tensor, parents: Tensor | None) -> Tensor:

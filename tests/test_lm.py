@@ -1005,3 +1005,21 @@ def test_train_and_evaluate_on_the_gpu(name):
     cpu = LANGUAGE_MODELS[name](5)
     cpu.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     assert evaluate(cpu, val, block_size=8) == pytest.approx(history.val_loss[-1], abs=1e-4)
+
+
+def test_generate_and_beam_search_feed_the_prompt_where_the_model_is():
+    model = DeviceRecorder()
+    prompt = torch.tensor([[1, 2]])
+    generate(model, prompt, 3, generator=torch.Generator().manual_seed(0))
+    beam_search(model, prompt, 2, beam_size=2)
+    assert model.devices and set(model.devices) == {model.table.device}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_generate_on_the_gpu_draws_the_cpu_generators_tokens():
+    torch.manual_seed(0)
+    model = LANGUAGE_MODELS["transformer-rope"](5).double()
+    prompt = torch.tensor([[1, 2, 3]])
+    on_cpu = generate(model, prompt, 8, generator=torch.Generator().manual_seed(3))
+    on_gpu = generate(model.cuda(), prompt, 8, generator=torch.Generator().manual_seed(3))
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
