@@ -1,15 +1,16 @@
 """n-gram language models: count, normalise, smooth.
 
 An n-gram model predicts each token from the ``n - 1`` tokens before it. A sentence
-``w_1 ... w_m`` is padded with ``n - 1`` start symbols ``<s>`` and one end symbol
-``</s>``; the model predicts every word and the final ``</s>`` (never ``<s>``), so
+``w_0 ... w_{m-1}`` (positions count from 0) is padded with ``n - 1`` start symbols ``<s>``
+and one end symbol ``</s>``; the model predicts every word and the final ``</s>`` (never
+``<s>``), so
 
-    P(w_1 ... w_m) = prod_{i=1}^{m+1} P(w_i | w_{i-n+1} ... w_{i-1}),   w_{m+1} = </s>.
+    P(w_0 ... w_{m-1}) = prod_{i=0}^{m} P(w_i | w_{i-n+1} ... w_{i-1}),   w_m = </s>.
 
 Three estimators share one set of counts:
 
-* ``"mle"``: the count ratio c(h, w) / c(h) (zero for an unseen history h);
-* ``"add_k"``: (c(h, w) + k) / (c(h) + k |V|) (add-one / Laplace when k = 1);
+* ``"mle"``: the count ratio c(u, w) / c(u) (zero for an unseen history u);
+* ``"add_k"``: (c(u, w) + k) / (c(u) + k |V|) (add-one / Laplace when k = 1);
 * ``"kneser_ney"``: interpolated Kneser-Ney with absolute discount d, following the
   recursion of NLTK 3.10's ``KneserNeyInterpolated`` (see :class:`NGramLM`).
 
@@ -114,21 +115,25 @@ class NGramLM:
     Lower orders are counted from the same padded sentences, so every m-gram counted
     (m < n) is preceded by some token and its continuation count is at least one.
 
-    Estimates, for a history ``h`` of the last ``n - 1`` tokens and ``w`` in ``vocab``:
+    Estimates, for a history ``u`` of the last ``n - 1`` tokens and ``w`` in ``vocab`` (the
+    book's notation):
 
-    * ``mle``: ``c(h, w) / c(h)``; ``0.0`` when ``h`` was never seen.
-    * ``add_k``: ``(c(h, w) + k) / (c(h) + k * |V|)``.
+    * ``mle``: ``c(u, w) / c(u)``; ``0.0`` when ``u`` was never seen.
+    * ``add_k``: ``(c(u, w) + k) / (c(u) + k * |V|)``.
     * ``kneser_ney``: interpolated Kneser-Ney, recursively from the top order down::
 
-          P_m(w | h) = max(c_m(h, w) - d, 0) / c_m(h)  +  d * N1+(h .) / c_m(h) * P_{m-1}(w | h')
+          P_m(w | u) = max(c_m(u, w) - d, 0) / c_m(u)  +  lambda(u) * P_{m-1}(w | u'),
+          lambda(u) = d * N1+(u .) / c_m(u)
 
-      where ``h'`` drops the oldest token of ``h``; ``c_n`` are raw counts at the top
-      order and, below it, continuation counts ``c_m(h, w) = N1+(. h w)`` (how many
-      distinct tokens precede ``h w``); ``N1+(h .)`` is the number of distinct words
-      seen after ``h``. A history never seen at its order is skipped (NLTK's
-      ``alpha = 0, gamma = 1``). The unigram level is ``N1+(. w) / N1+(. .)`` (raw counts
-      ``c(w) / N`` when ``n == 1``). This is exactly NLTK 3.10's
-      ``KneserNeyInterpolated`` fed the same n-grams.
+      where ``u'`` drops the oldest token of ``u``; ``c_n`` are raw counts at the top
+      order and, below it, continuation counts ``c_m(u, w) = N1+(. u w)`` (how many
+      distinct tokens precede ``u w``); ``N1+(u .)`` is the number of distinct words
+      seen after ``u``; ``lambda(u)`` (``lam`` in the code) is the probability the
+      discount frees, given to the lower order. A history never seen at its order is
+      skipped (its first term is 0 and ``lambda(u) = 1``; NLTK's ``alpha = 0, gamma = 1``).
+      The unigram level is ``N1+(. w) / N1+(. .)`` (raw counts ``c(w) / N`` when
+      ``n == 1``). This is exactly NLTK 3.10's ``KneserNeyInterpolated`` fed the same
+      n-grams.
 
       One extension: if some ``vocab`` word has count zero at the unigram level (only
       possible with an explicit ``vocab=`` holding words absent from training), the unigram
@@ -229,7 +234,7 @@ class NGramLM:
         for m in range(n, 0, -1):
             windows = Counter(zip(*(stream[i:] for i in range(m)), strict=False))
             self._counts[m] = _group(windows)
-            if m > 1:  # N1+(. h w): the distinct m-grams (x, h, w), counted by (h, w)
+            if m > 1:  # N1+(. u w): the distinct m-grams (x, u, w), counted by (u, w)
                 self._continuations[m - 1] = _group(Counter(g[1:] for g in windows))
         del stream, windows
         words = set(self._counts[1][()])
@@ -260,8 +265,8 @@ class NGramLM:
         if all(followers.get(w, 0) > 0 for w in self.vocab):
             return {w: followers[w] / total for w in self.vocab}
         d, v = self.discount, len(self.vocab)
-        gamma = d * len(followers) / total
-        return {w: max(followers.get(w, 0) - d, 0.0) / total + gamma / v for w in self.vocab}
+        lam = d * len(followers) / total
+        return {w: max(followers.get(w, 0) - d, 0.0) / total + lam / v for w in self.vocab}
 
     # ------------------------------------------------------------------ counts
     def _require_fitted(self) -> None:
@@ -343,19 +348,19 @@ class NGramLM:
         for m in range(2, self.n + 1):
             followers, total = self._kn_level(m, history)
             if not followers:
-                continue  # unseen history: defer to the lower order (alpha = 0, gamma = 1)
-            alpha = max(followers.get(word, 0) - d, 0.0) / total
-            gamma = d * len(followers) / total
-            p = alpha + gamma * p
+                continue  # unseen history: defer to the lower order (lambda = 1)
+            discounted = max(followers.get(word, 0) - d, 0.0) / total
+            lam = d * len(followers) / total  # lambda(u): the probability the discount frees
+            p = discounted + lam * p
         return p
 
     def _kn_level(self, m: int, history: tuple[str, ...]) -> tuple[dict | None, int | None]:
         """The followers of the last m-1 words of ``history`` at order m, and their total:
         raw counts at the top order, continuation counts below it."""
-        h = history[len(history) - (m - 1) :]
+        u = history[len(history) - (m - 1) :]
         if m == self.n:
-            return self._counts[m].get(h), self._totals[m].get(h)
-        return self._continuations[m].get(h), self._cont_totals[m].get(h)
+            return self._counts[m].get(u), self._totals[m].get(u)
+        return self._continuations[m].get(u), self._cont_totals[m].get(u)
 
     def logprob(self, word: str, context: Sequence[str]) -> float:
         """Natural log of :meth:`prob`; ``-inf`` where the probability is 0."""
@@ -377,8 +382,8 @@ class NGramLM:
                 return {w: followers.get(w, 0) / total if total else 0.0 for w in self.vocab}
             denominator = total + self.k * len(self.vocab)
             return {w: (followers.get(w, 0) + self.k) / denominator for w in self.vocab}
-        # Unrolled recursion, top order first: P = sum_m scale_m * alpha_m(w) + scale * P_1(w),
-        # where scale_m is the product of the gammas of the orders above m.
+        # Unrolled recursion, top order first: P = sum_m scale_m * discounted_m(w) + scale * P_1(w),
+        # where scale_m is the product of the lambdas of the orders above m.
         d, scale = self.discount, 1.0
         extra: dict[str, float] = {}
         for m in range(self.n, 1, -1):

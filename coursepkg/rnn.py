@@ -1,6 +1,6 @@
 """Recurrent networks: the Elman RNN and the LSTM, one time step at a time.
 
-A recurrent network reads a sequence ``x_1 ... x_T`` left to right and keeps a hidden state
+A recurrent network reads a sequence ``x_0 ... x_{T-1}`` left to right and keeps a hidden state
 ``h_t`` of fixed size that it updates after each token, with the same parameters at every
 step. Each cell is a pure *step function* (``elman_step``, ``lstm_step``); the modules
 (``ElmanRNN``, ``LSTM``) own the parameters and run the step in an explicit Python loop over

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("COURSE_BOOK_HTML") or ROOT / "_build" / "html")
 CHAPTERS = [ch.stem for ch in course.CHAPTERS]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
-         *(f"book/{name}.html" for name in CHAPTERS), "book/appendix_speed.html",
+         *(f"book/{name}.html" for name in CHAPTERS),
+         "book/appendix_speed.html",
          "book/instructors.html",
          "book/references.html"]
 
@@ -128,9 +129,9 @@ def test_notation_page_lists_symbols_and_shape_letters(built):
 
 
 @pytest.mark.parametrize("name, formula", [
-    ("01_ngrams", "\\prod_{i=1}^{L}"),  # the chain rule
+    ("01_ngrams", "\\prod_{i=0}^{L-1}"),  # the chain rule, positions from 0
     ("02_rnn", "c_t &= f_t \\odot c_{t-1} + i_t \\odot g_t"),  # the LSTM's cell update
-    ("03_attention", "\\mathrm{ctx} = \\sum_{s=1}^{S} a_s\\, v_s"),  # the soft lookup
+    ("03_attention", "\\mathrm{ctx} = \\sum_{s=0}^{S-1} a_s\\, v_s"),  # the soft lookup
     ("04_self_attention", "\\operatorname{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}"),
     ("05_multihead", "\\operatorname{MultiHead}(X) = [\\text{head}_1; \\dots; \\text{head}_H]\\, "
                      "W^{O\\top}"),
@@ -359,7 +360,8 @@ def test_links_between_chapters_point_to_existing_anchors(built, name):
 
 
 CITED = {
-    "01_ngrams": {"shannon1948", "kneser1995", "chen1999", "bengio2003", "iyyer2015"},
+    "01_ngrams": {"shannon1948", "kneser1995", "church1991", "chen1999", "bengio2003",
+                  "iyyer2015"},
     "02_rnn": {"elman1990", "werbos1990", "bengio1994", "pascanu2013", "hochreiter1997",
                "gers2000", "schuster1997", "graves2013", "peters2018"},
     "03_attention": {"sutskever2014", "cho2014", "cho2014properties", "bahdanau2015",
@@ -394,17 +396,44 @@ def test_citations_resolve_to_bibliography_entries(built, name):
     assert targets <= entry_ids, f"citations without an entry: {targets - entry_ids}"
 
 
+def test_ngram_chapter_measures_the_discount_instead_of_asserting_it(built):
+    """Issue 17: the drop of a count on new text depends on the count (Church and Gale's table);
+    the page measures it on its own corpus and names modified Kneser-Ney's three discounts."""
+    text = page_text(chapter("01_ngrams"))
+    assert "mean count in the second half" in text, "the table of counts in two halves"
+    assert "modified Kneser-Ney's D1, D2, D3+:" in text
+    assert "best-performing classical" not in text, "modified Kneser-Ney is the best, not ours"
+    assert re.search(r"floor for any model: \d\.\d{3}", text), "the Markov source's floor"
+
+
+def test_rnn_chapter_prints_the_matrix_norms_its_prose_names(built):
+    """Issue 17: the vanishing-gradient condition names the largest singular value and the
+    spectral radius; the page prints both, and trains the A/B acceptors from three seeds."""
+    text = page_text(chapter("02_rnn"))
+    assert re.search(r"largest singular value \d\.\d{3}, spectral radius \d\.\d{3}", text)
+    assert re.search(r"accuracy on 2,000 test strings, seeds \d+, \d+, \d+:", text)
+
+
 def test_attention_chapter_reproduces_the_worked_example_as_tables(built):
     source = chapter("03_attention").read_text(encoding="utf-8")
     assert source.count("<table") >= 3, "the A/B example and the formats should be HTML tables"
     text = page_text(chapter("03_attention"))
     for needle in ("e/(3+e)\\) = 0.475", "1/(3+e)\\) = 0.175", "1/6", "1/2",  # both ways
                    "attention output  [0.525, 0.475]", "DAN average       [0.750, 0.250]",
-                   "[0.000, 1.000]", "B followed by 99 A's"):
+                   "B followed by 99 A's", "X^T W^K: mat1 and mat2 shapes cannot be multiplied",
+                   "scores X W^K^T (W^Q x_B): [0.0, 0.0, 10.0, 0.0]"):
         assert needle in text, f"the worked example should show {needle!r}"
     tables = "".join(re.findall(r"<table.*?</table>", source, flags=re.DOTALL))
     assert "$" not in tables, "math in the tables should be typeset, not shown as $...$"
     assert 'class="math' in tables
+    positions = [row[0] for row in table_with(source, "position", "weight")[1:]]
+    assert positions == ["0", "1", "2", "3"], "positions count from 0"
+    # the prose states the outputs of the query [0, 10] as the table prints them
+    outputs = {(row[0].replace("\u2019", "'"), row[1]): row[3]  # the typographer's apostrophe
+               for row in table_with(source, "string", "output")[1:]}
+    glued = re.findall(r'<span class="pasted-text">(\[[^<]*\])</span>', source)
+    for string in ("AABA", "B followed by 99 A's"):
+        assert outputs[string, "[0, 10]"] in glued, f"the prose should give the output for {string}"
 
 
 def test_attention_chapter_trains_the_dates_model_to_95_percent(built):
@@ -414,6 +443,11 @@ def test_attention_chapter_trains_the_dates_model_to_95_percent(built):
     assert set(found) == {"with attention", "without attention"}, found
     assert float(found["with attention"]) >= 0.95
     assert float(found["without attention"]) < float(found["with attention"])
+    # the summary states the exact matches this run printed (glued, not typed)
+    summary = " ".join(" ".join(items(section(article_html(chapter("03_attention")),
+                                              "summary"))).split())
+    for name, value in found.items():
+        assert f"{name} {value}" in summary or f"of {value} on" in summary, (name, summary)
 
 
 def test_self_attention_chapter_equals_torch_and_shows_the_order_problem(built):
@@ -436,8 +470,14 @@ def test_self_attention_chapter_equals_torch_and_shows_the_order_problem(built):
                    "the mean of the outputs, a summary of the sentence, is the same: True",
                    "an LSTM's states, permuted, are the same: False",
                    "with the causal mask, the outputs permuted are the same: False",
-                   "32,768 | 4 GiB"):
+                   "32,768 | 4 GiB", "q_0, the query of 'I'"):
         assert needle in text or needle.replace(" | ", "\n") in text, f"missing {needle!r}"
+    source = chapter("04_self_attention").read_text(encoding="utf-8")
+    order = table_with(source, "position in")
+    assert [row[1] for row in order[1:]] == ["0", "1", "2", "3"], "positions count from 0"
+    # the lectures' "I want to sleep" weights: each pair of keys needs its own softmax scale
+    scales = [float(c) for c in re.findall(r"the weights need c = (\d+\.\d)", text)]
+    assert len(scales) == 3 and max(scales) - min(scales) > 5, scales
 
 
 def test_self_attention_chapter_measures_the_scaling_and_the_cost(built):
@@ -536,11 +576,12 @@ def test_multihead_chapter_shows_the_blur_the_shapes_and_the_cost(built):
 def test_multihead_chapter_trains_heads_that_specialise(built):
     source = chapter("05_multihead").read_text(encoding="utf-8")
     results = {row[0]: row[1:] for row in table_with(source, "first step below")[1:]}
-    assert set(results) == {"1 head (seed 0)", "1 head (seed 1)", "2 heads", "4 heads"}
+    one_head = [model for model in results if model.startswith("1 head (seed ")]
+    assert len(one_head) == 2 and set(results) == {*one_head, "2 heads", "4 heads"}
     assert len({row[1] for row in results.values()}) == 1, "the same parameters for every model"
     for model in ("2 heads", "4 heads"):
         assert min(float(a) for a in results[model][-2:]) > 0.98, model
-    for model in ("1 head (seed 0)", "1 head (seed 1)"):
+    for model in one_head:
         assert min(float(a) for a in results[model][-2:]) < 0.95, model
         assert results[model][3] == "never"
 
@@ -550,21 +591,23 @@ def test_multihead_chapter_trains_heads_that_specialise(built):
     two = sorted(shares["2 heads"])  # (previous, marker): the marker head first
     assert two[0][0] < 0.3 and two[0][1] > 0.9, "one head looks at the marker"
     assert two[1][0] > 0.9 and two[1][1] < 0.3, "the other at the previous token"
-    assert 0.35 < shares["1 head (seed 1)"][0][0] < 0.65, "a single head blurs the two"
+    for model in one_head:  # one head chooses one of the two positions, or blurs them
+        (previous, marker), = shares[model]
+        assert max(previous, marker) > 0.9 or min(previous, marker) > 0.3, (model, shares[model])
+    stories = re.findall(r"The model of seed \d+ (chose|blurs)", page_text(chapter("05_multihead")))
+    assert len(stories) == 2, "the prose says what each one-head model did"
 
     deep = table_with(source, "share on the position after the marker")[1:]
-    by_head = {(row[0], row[1]): [float(c) for c in row[2:]] for row in deep}
-    assert len(by_head) == 4
-    assert max(v[0] for (layer, _), v in by_head.items() if layer == "1") > 0.9  # looks back
-    assert max(v[2] for (layer, _), v in by_head.items() if layer == "2") > 0.9  # after marker
+    assert {row[0] for row in deep} == {"1", "2"}, "two layers"
 
     text = page_text(chapter("05_multihead"))
-    accuracy = re.search(r"accuracy on the previous letter (\S+), the marked letter (\S+), the "
-                         r"letter after it (\S+)\n", text)
-    assert accuracy and min(float(a) for a in accuracy.groups()) > 0.95
-    ablated = re.search(r"share on the position after the marker (\S+); without layer 1's head "
-                        r"\d: (\S+)\n", text)
-    assert ablated and float(ablated[1]) > 0.9 > 0.5 > float(ablated[2])
+    accuracy = re.search(r"loss after \d+ steps \S+; accuracy on the previous letter (\S+), the "
+                         r"marked letter (\S+), the letter after it (\S+)\n", text)
+    assert accuracy and float(accuracy[3]) > 0.95, "two layers find the letter after the marker"
+    ablated = re.findall(r"without layer 1's head (\d): accuracy on the previous letter \S+, the "
+                         r"marked letter \S+, the letter after it (\S+)\n", text)
+    assert len(ablated) == len(deep) // 2, "every head of the first layer removed in turn"
+    assert min(float(after) for _, after in ablated) < 0.3, "the second layer needs one of them"
     removed = re.findall(r"2 heads, without head (\d): accuracy on the previous letter (\S+), "
                          r"on the marked letter (\S+)\n", text)
     assert len(removed) == 2
@@ -634,7 +677,12 @@ def test_positional_chapter_measures_length_generalisation(built):
                              "relative, M = 16", "RoPE"]
 
     def seeds(cell):
-        return [float(value) for value in cell.split(" / ")]
+        """The mean and the range of a 'mean (min–max)' cell: [mean, min, max]."""
+        found = re.fullmatch(r"(\S+) \((\S+)–(\S+)\)", cell)
+        assert found, f"a cell should give the seeds' mean and range: {cell!r}"
+        mean, low, high = (float(value) for value in found.groups())
+        assert low <= mean <= high
+        return [mean, low, high]
 
     for model, (first, at_l, at_2l, at_4l) in results.items():
         if model == "learned":
@@ -645,16 +693,15 @@ def test_positional_chapter_measures_length_generalisation(built):
         for value in seeds(at_l) + seeds(at_2l) + seeds(at_4l):
             assert 0.0 <= value <= 1.0
         if model == "none":
-            assert first == "never / never" and max(seeds(at_l)) < 0.5
+            assert first == "never / never / never" and max(seeds(at_l)) < 0.5
         else:
             assert min(seeds(at_l)) > 0.95, f"{model} should solve the task at length L"
     assert min(seeds(results["learned"][1])) > 0.95
     assert max(seeds(results["sinusoidal"][2])) < 0.5, "sinusoids do not extrapolate"
     clip_32, clip_16 = seeds(results["relative, M = 32"][2]), seeds(results["relative, M = 16"][2])
-    assert all(a < b for a, b in zip(clip_32, clip_16, strict=True)), "the untrained bucket hurts"
-    steps = {model: [int(s) for s in row[0].split(" / ")] for model, row in results.items()
-             if model != "none"}
-    assert max(steps["RoPE"]) < min(min(v) for model, v in steps.items() if model != "RoPE"), (
+    assert clip_32[0] < clip_16[0], "the untrained bucket hurts"
+    steps = {model: seeds(row[0]) for model, row in results.items() if model != "none"}
+    assert steps["RoPE"][2] < min(v[1] for model, v in steps.items() if model != "RoPE"), (
         "RoPE gets its loss below 0.05 first")
 
     weights = {row[0]: [[float(v) for v in cell.split(" / ")] for cell in row[1:]]
@@ -663,15 +710,16 @@ def test_positional_chapter_measures_length_generalisation(built):
     for model in ("relative, M = 32", "relative, M = 16"):
         on_echo = [echo for echo, _ in weights[model]]
         assert on_echo == sorted(on_echo, reverse=True), f"{model}: diluted as keys multiply"
-    (rope_31, other_31), (rope_63, other_63), _ = weights["RoPE"]
-    assert rope_31 > 0.9 > other_31 and other_63 > rope_63, "RoPE: a wrong key wins beyond L"
+    (rope_31, other_31), (rope_63, _), _ = weights["RoPE"]
+    assert rope_31 > 0.9 > other_31 and rope_63 < rope_31 - 0.2, "RoPE: wrong keys take weight"
 
     text = page_text(chapter("06_positional"))
     assert ("the learned table on 128 tokens: a learned positional embedding has no vector for "
             "positions >= max_len=32, got a sequence of length 128") in text
-    bias = re.search(r"bias of offset -5: " + NUMBER + "; mean bias of the other offsets -31..0: "
-                     + NUMBER + r"; bias of every offset <= -32 \(never used in training\): "
-                     + NUMBER + r"\n", text)
+    bias = re.search(r"head 1: bias of offset -5: " + NUMBER
+                     + "; mean bias of the other offsets -31..0: " + NUMBER
+                     + r"; bias of every offset <= -32 \(never used in training\): " + NUMBER
+                     + r"\n", text)
     assert bias and float(bias[1]) > 0 > float(bias[2]) and float(bias[3]) == 0.0
 
 
@@ -702,13 +750,13 @@ def test_transformer_chapter_shows_why_gpt_moved_the_norm(built):
     text = page_text(chapter("07_transformer"))
     unigram = re.search(r"only each character's frequency: " + NUMBER + " nats/char", text)
     runs = {name: (float(start), float(end), float(ratio)) for name, start, end, ratio in
-            re.findall(r"(post-norm|pre-norm): loss " + NUMBER + r" at step 0, " + NUMBER
-                       + r" over steps 31-40; at step 40, layer 1's gradient is " + NUMBER
-                       + r" times layer 12's", text)}
+            re.findall(r"(post-norm|pre-norm): loss " + NUMBER + r" at step 0, \S+ over steps "
+                       r"31-40, " + NUMBER + r" over steps \d+-\d+; at step 40, layer 1's "
+                       r"gradient is " + NUMBER + r" times layer 12's", text)}
     assert unigram and set(runs) == {"post-norm", "pre-norm"}
     assert runs["post-norm"][0] == runs["pre-norm"][0], "the same initial weights and batch"
     assert abs(runs["post-norm"][1] - float(unigram[1])) < 0.15, "post-norm stalls at unigram"
-    assert runs["pre-norm"][1] < runs["post-norm"][1] - 0.15, "pre-norm goes on learning"
+    assert runs["pre-norm"][1] < runs["post-norm"][1] - 0.3, "pre-norm goes on learning"
     assert runs["post-norm"][2] < 1e-2, "post-norm: the first block's gradient vanishes"
     assert 0.1 < runs["pre-norm"][2] < 10, "pre-norm: every block gets a similar gradient"
     spread = re.search(r"post-norm: standard deviation of x \+ f\(x\) entering a norm \(mean of "
@@ -721,7 +769,7 @@ def test_transformer_chapter_reverses_digits_through_cross_attention(built):
     text = page_text(chapter("07_transformer"))
     exact = re.search(r"exact match on 1,000 held-out sequences " + NUMBER + "; digits right "
                       + NUMBER, text)
-    assert exact and float(exact[1]) >= 0.95 and float(exact[2]) >= float(exact[1])
+    assert exact and float(exact[1]) >= 0.98 and float(exact[2]) >= float(exact[1])
     mirror = re.search(r"largest cross-attention weight on source position 9 - t in " + NUMBER
                        + "% of the steps", text)
     assert mirror and float(mirror[1]) >= 95.0
@@ -745,15 +793,16 @@ def test_transformer_chapter_closing_table_reports_what_it_measured(built):
     kn6, lstm, transformer = found["Kneser-Ney 6-gram"], found["LSTM"], found["Transformer"]
     assert kn6 == ("872,055 counts", 4_516_495, 1.457), "chapter 2's 6-gram, refitted"
     assert lstm[:2] == ("206,100", 100 * 32 * 64) and transformer[:2] == ("110,932", 300 * 16 * 64)
-    # what the prose says: the n-gram model wins, the Transformer beats the LSTM
-    assert kn6[2] < transformer[2] < lstm[2]
+    # what the prose says: the n-gram model wins by more than half a nat, and between the two
+    # networks there is no clear difference (the margin changes sign with the seed)
+    assert kn6[2] + 0.5 < min(transformer[2], lstm[2]) and abs(transformer[2] - lstm[2]) < 0.1
 
     text = page_text(chapter("07_transformer"))
     for name, (size, seen, nats) in (("LSTM", lstm), ("Transformer", transformer)):
         assert f"{name}: {nats:.3f} nats/char; {size} parameters, trained on {seen:,} characters" \
             in text
-    gaps = re.search(r"the Transformer's loss is " + NUMBER + r" nats/char below the LSTM's and "
-                     + NUMBER + r" above the 6-gram's", text)
+    gaps = re.search(r"the LSTM's loss minus the Transformer's: \+?" + NUMBER + r" nats/char; the "
+                     r"Transformer's minus the 6-gram's: \+?" + NUMBER, text)
     assert gaps and float(gaps[1]) == pytest.approx(lstm[2] - transformer[2], abs=1.5e-3)
     assert float(gaps[2]) == pytest.approx(transformer[2] - kn6[2], abs=1.5e-3)
     assert float(gaps[2]) > 0.5, "the prose says: by more than half a nat"
@@ -835,7 +884,10 @@ def test_transformer_chapter_shows_the_long_budget_run_it_pins(built):
     best = min(run["rows"], key=lambda row: row["nats"])
     text = page_text(chapter("07_transformer"))
     assert f"best: {best['model']}, {best['nats']:.3f} nats/char" in text
-    assert "Transformer" in best["model"], "the prose says the Transformer comes out best"
+    assert "is no clear win for either side" in " ".join(text.split()), (
+        "one run's small margin is not a win")
+    before_dropdown = text.split("For instructors")[0]
+    assert "make bench-long" not in before_dropdown, "the command is in the instructors' dropdown"
     networks = [row for row in run["rows"] if "curve" in row]
     assert len(networks) == 2 and all(
         0.7 < row["seconds"]["median"] / (60 * run["budget_minutes"]) < 1.2 for row in networks

@@ -128,11 +128,11 @@ def test_kneser_ney_bigram_by_hand():
     # </s> <- {b, a}: 2/6.
     assert lm.prob("a", ["</s>"]) == approx(1 / 6)  # unseen context -> unigram level
     assert lm.prob("b", ["zzz"]) == approx(3 / 6)
-    # Context a: c(a) = 2 with 2 distinct followers, gamma = 0.75 * 2 / 2 = 0.75.
+    # Context a: c(a) = 2 with 2 distinct followers, lambda = 0.75 * 2 / 2 = 0.75.
     assert lm.prob("b", ["a"]) == approx((1 - 0.75) / 2 + 0.75 * 3 / 6)  # = 0.5
     assert lm.prob(EOS, ["a"]) == approx((1 - 0.75) / 2 + 0.75 * 2 / 6)  # = 0.375
     assert lm.prob("a", ["a"]) == approx(0 + 0.75 * 1 / 6)  # = 0.125
-    # Context <s>: c(<s>) = 3 (a twice, b once), gamma = 0.75 * 2 / 3 = 0.5.
+    # Context <s>: c(<s>) = 3 (a twice, b once), lambda = 0.75 * 2 / 3 = 0.5.
     assert lm.prob("a", [BOS]) == approx((2 - 0.75) / 3 + 0.5 * 1 / 6)  # = 0.5
     assert lm.prob("b", [BOS]) == approx((1 - 0.75) / 3 + 0.5 * 3 / 6)  # = 1/3
     assert lm.prob(EOS, [BOS]) == approx(0 + 0.5 * 2 / 6)  # = 1/6
@@ -140,16 +140,16 @@ def test_kneser_ney_bigram_by_hand():
 
 def test_kneser_ney_trigram_by_hand():
     lm = NGramLM(3, "kneser_ney", discount=0.75).fit(TINY)
-    # Top context (<s>, a): trigrams (<s> a b) = 1, (<s> a </s>) = 1: c = 2, gamma = 0.75.
+    # Top context (<s>, a): trigrams (<s> a b) = 1, (<s> a </s>) = 1: c = 2, lambda = 0.75.
     # Middle context (a,): continuation counts N1+(. a b) = 1, N1+(. a </s>) = 1: total 2,
-    # 2 types, gamma = 0.75; so P2(b|a) = 0.25/2 + 0.75 * 3/6 = 0.5,
+    # 2 types, lambda = 0.75; so P2(b|a) = 0.25/2 + 0.75 * 3/6 = 0.5,
     # P2(</s>|a) = 0.25/2 + 0.75 * 2/6 = 0.375, P2(a|a) = 0.75 * 1/6 = 0.125.
     assert lm.prob("b", [BOS, "a"]) == approx(0.25 / 2 + 0.75 * 0.5)  # 0.5
     assert lm.prob(EOS, [BOS, "a"]) == approx(0.25 / 2 + 0.75 * 0.375)  # 0.40625
     assert lm.prob("a", [BOS, "a"]) == approx(0.75 * 0.125)  # 0.09375
-    # Top context (b, b): (b b </s>) = 1, gamma = 0.75. Middle context (b,): continuation
+    # Top context (b, b): (b b </s>) = 1, lambda = 0.75. Middle context (b,): continuation
     # counts N1+(. b </s>) = |{a, b}| = 2, N1+(. b b) = |{<s>}| = 1: total 3, 2 types,
-    # gamma = 0.75 * 2/3 = 0.5, P2(</s>|b) = (2 - 0.75)/3 + 0.5 * 2/6 = 7/12.
+    # lambda = 0.75 * 2/3 = 0.5, P2(</s>|b) = (2 - 0.75)/3 + 0.5 * 2/6 = 7/12.
     assert lm.prob(EOS, ["b", "b"]) == approx(0.25 / 1 + 0.75 * 7 / 12)  # 11/16
     # An unseen top context defers to the middle level: P2(</s>|b) = 7/12.
     assert lm.prob(EOS, ["a", "b"]) != approx(7 / 12)  # (a, b) was seen ...
@@ -159,10 +159,10 @@ def test_kneser_ney_trigram_by_hand():
 def test_kneser_ney_unigram_model_with_uniform_floor():
     lm = NGramLM(1, "kneser_ney", discount=0.5, vocab=["a", "b", EOS, "x"]).fit(TINY)
     # Counts a=2, b=3, </s>=3 (N = 8, 3 types); "x" is unseen so the unigram level is
-    # discounted and interpolated with the uniform 1/|V| = 1/4: gamma = 0.5 * 3 / 8.
-    gamma = 0.5 * 3 / 8
-    assert lm.prob("a", ()) == approx((2 - 0.5) / 8 + gamma / 4)
-    assert lm.prob("x", ()) == approx(gamma / 4)
+    # discounted and interpolated with the uniform 1/|V| = 1/4: lambda = 0.5 * 3 / 8.
+    lam = 0.5 * 3 / 8
+    assert lm.prob("a", ()) == approx((2 - 0.5) / 8 + lam / 4)
+    assert lm.prob("x", ()) == approx(lam / 4)
     assert sum(lm.prob(w, ()) for w in lm.vocab) == approx(1.0)
     # With the default vocabulary every word is seen: plain relative frequencies.
     plain = NGramLM(1, "kneser_ney").fit(TINY)
