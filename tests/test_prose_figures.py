@@ -42,6 +42,7 @@ def test_scientific_signed_and_thousands_figures_are_found():
 
 
 def test_identifiers_that_look_like_decimals_are_allowed():
-    html = page("<p>Task 1.2 and tasks 4.1 and 4.2 follow Fig. 7.1 and section 2.3; built with "
+    html = page("<p>Task 1.2, questions 1.7 to 1.9 and tasks 4.1 and 4.2 follow Fig. 7.1 and "
+                "section 2.3; built with "
                 "Python 3.11, torch 2.13.0 and shipped under CC-BY 2.5.</p>")
     assert typed_figures(html) == []

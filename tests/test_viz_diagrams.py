@@ -296,13 +296,13 @@ def test_rnn_unrolled_colours_every_state_by_the_rnns_values(diagrams):
     words, inputs, states = rnn_example()
     diagram = diagrams["rnn_unrolled"]
     for t in range(3):
-        np.testing.assert_allclose(drawn(diagram, f"h_{t + 1}")[:, 0], states[t].numpy(),
+        np.testing.assert_allclose(drawn(diagram, f"h_{t}")[:, 0], states[t].numpy(),
                                    rtol=1e-6)
-        np.testing.assert_allclose(drawn(diagram, f"x_{t + 1}")[:, 0], inputs[t].numpy(),
+        np.testing.assert_allclose(drawn(diagram, f"x_{t}")[:, 0], inputs[t].numpy(),
                                    rtol=1e-6)
-    assert image(diagram, "h_1").get_clim() == (-1.0, 1.0)  # tanh's range
+    assert image(diagram, "h_0").get_clim() == (-1.0, 1.0)  # tanh's range
     shown = texts(diagram)
-    assert set(words) <= set(shown) and "$h_0 = 0$" in shown
+    assert set(words) <= set(shown) and "$h_{-1} = 0$" in shown
     assert "one cell: the same $W_{ih}$, $W_{hh}$ and $b$ at every step" in shown
     with pytest.raises(ValueError, match="states has 2 rows for 3 words"):
         viz.diagram_rnn_unrolled(words, states=states[:2])
@@ -436,6 +436,13 @@ def test_blocks_put_the_layer_norms_where_each_variant_does(diagrams):
              if p.get_gid() in ("norm", "attention") and p.get_x() > 14]
     first = min(boxes, key=lambda item: item[1])
     assert first[0] == "norm", "pre-norm normalises before attention"
+    # the notes between the columns point to the column they describe
+    notes = {t.get_text(): t.get_position()[0] for t in diagram.figure.findobj(Text)
+             if "residual stream" in t.get_text()}
+    post, pre = (next(x for text, x in notes.items() if words in text)
+                 for words in ("two LayerNorms", "never normalised"))
+    assert "← the residual stream" in "".join(notes) and "the residual stream →" in "".join(notes)
+    assert post < pre
 
 
 def test_encoder_decoder_transformer_takes_keys_and_values_from_the_memory(diagrams):
@@ -445,6 +452,8 @@ def test_encoder_decoder_transformer_takes_keys_and_values_from_the_memory(diagr
                   "memory (B, S, D)", "K", "V", "Q", "encoder\nlayer × 1"]:
         assert label in shown, label
     assert shown.count("add & norm") == 5
+    assert "through 1 layer of unmasked" in diagram.alt, diagram.alt
+    assert "through N layers" in viz.diagram_encoder_decoder_transformer().alt
 
 
 def test_language_model_draws_the_packages_causal_mask_and_the_shifted_targets(diagrams):

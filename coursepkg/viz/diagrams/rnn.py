@@ -36,7 +36,8 @@ def diagram_rnn_unrolled(
 
     From the bottom: each word, its input vector x_t (a column of cells), the cell that computes
     h_t = tanh(W_ih x_t + W_hh h_{t-1} + b), and the new state h_t (a column of cells), which
-    also goes right into the next step's cell; h_0 = 0 enters the first. A brace over the cells
+    also goes right into the next step's cell; h_{-1} = 0 enters the first (positions count
+    from 0, as in the book). A brace over the cells
     says that they are one cell with the same weights. With ``inputs`` and ``states`` (the
     chapter's real vectors, e.g. ``embed("brutus killed caesar")[0]`` and the ``out[0]`` of its
     ``ElmanRNN``), every cell of the columns is coloured by its value (red positive, blue
@@ -45,7 +46,7 @@ def diagram_rnn_unrolled(
     Args:
         words: the tokens, in order (T of them).
         inputs: (T, I) the input vectors, or None.
-        states: (T, Hs) the states h_1 ... h_T the RNN computed, or None.
+        states: (T, Hs) the states h_0 ... h_{T-1} the RNN computed, or None.
         input_size: I, when ``inputs`` is None.
         hidden_size: Hs, when ``states`` is None.
 
@@ -84,8 +85,8 @@ def diagram_rnn_unrolled(
         canvas.box(cx, word_y, 3.0, 0.95, word, role="token", size=10.5)
         canvas.cells(cx - cell / 2, word_y + 0.9, None if x_values is None else x_values[t],
                      n=n_in, role="embedding", vertical=True, cell=cell, limits=x_limits,
-                     name=f"x_{t + 1}")
-        canvas.text(cx + cell / 2 + 0.2, word_y + 0.9 + n_in * cell / 2, f"$x_{{{t + 1}}}$",
+                     name=f"x_{t}")
+        canvas.text(cx + cell / 2 + 0.2, word_y + 0.9 + n_in * cell / 2, f"$x_{{{t}}}$",
                     size=10, ha="left")
         canvas.arrow((cx, word_y + 0.48), (cx, word_y + 0.9), head=False, color=MUTED)
         box = canvas.box(cx, box_y, 2.9, 1.2, "tanh", role="recurrent", size=10.5)
@@ -94,19 +95,19 @@ def diagram_rnn_unrolled(
                      label_size=9)
         canvas.cells(cx - cell / 2, h_bottom, None if h_values is None else h_values[t], n=Hs,
                      role="state", vertical=True, cell=cell, limits=h_limits,
-                     name=f"h_{t + 1}")
+                     name=f"h_{t}")
         canvas.arrow(box.top, (cx, h_bottom))
-        canvas.text(cx + cell / 2 + 0.2, h_bottom + Hs * cell / 2, f"$h_{{{t + 1}}}$", size=10,
+        canvas.text(cx + cell / 2 + 0.2, h_bottom + Hs * cell / 2, f"$h_{{{t}}}$", size=10,
                     ha="left")
         if t + 1 < T:
             bend_x = cx + step / 2
             canvas.arrow((cx, h_top), (cx + step - 1.45, box_y),
                          via=[(cx, h_top + 0.45), (bend_x, h_top + 0.45), (bend_x, box_y)],
                          label="$W_{hh}$", label_pos=0.55, label_size=9)
-    # h_0 = 0 enters the first cell
+    # h_{-1} = 0 enters the first cell (positions count from 0)
     h0 = canvas.cells(1.0, box_y - Hs * cell / 2, [0.0] * Hs, role="state", vertical=True,
-                      cell=cell, limits=(-1.0, 1.0), name="h_0")
-    canvas.text(1.0 + cell / 2, h0.rect.y1 + 0.35, "$h_0 = 0$", size=10)
+                      cell=cell, limits=(-1.0, 1.0), name="h_init")
+    canvas.text(1.0 + cell / 2, h0.rect.y1 + 0.35, "$h_{-1} = 0$", size=10)
     canvas.arrow(h0.rect.right, boxes[0].left, label="$W_{hh}$", label_size=9,
                  label_offset=(0.0, 0.4))
     brace_y = h_top + 0.8
@@ -114,17 +115,17 @@ def diagram_rnn_unrolled(
                  "one cell: the same $W_{ih}$, $W_{hh}$ and $b$ at every step", side="above",
                  depth=0.3, size=9.5)
     if x_limits is not None:
-        image = next(im for im in canvas.ax.images if im.get_label() == "x_1")
+        image = next(im for im in canvas.ax.images if im.get_label() == "x_0")
         canvas.colour_bar(0.9, 0.75, image, length=2.6, thickness=0.25, label="inputs x",
                           fmt="{:.1f}")
     if h_limits is not None:
-        image = next(im for im in canvas.ax.images if im.get_label() == "h_1")
+        image = next(im for im in canvas.ax.images if im.get_label() == "h_0")
         canvas.colour_bar(width - 3.9, 0.75, image, length=2.6, thickness=0.25,
                           label="states h", fmt="{:.0f}")
     alt = (f"The Elman RNN unrolled over the {T} tokens '{' '.join(words)}': under each token "
            f"its input vector x_t of {n_in} numbers enters a tanh cell, the cell outputs the state "
            f"h_t of {Hs} numbers, and each state also goes right into the next token's cell, "
-           f"starting from h_0 = 0; every cell uses the same weights W_ih, W_hh and b.")
+           f"starting from h_{-1} = 0; every cell uses the same weights W_ih, W_hh and b.")
     if h_values is not None:
         alt += " The cells of the vectors are coloured by the values the RNN computed."
     return canvas.finish(alt)
@@ -247,10 +248,10 @@ def diagram_rnn_layouts(words: Sequence[str], *, hidden_size: int | None = None)
                     canvas.arrow(a.right, b.left)
             for t, x in enumerate(xs):
                 canvas.arrow((x, ys[0] + 0.45), rows[0][t].bottom)
-                canvas.arrow(rows[0][t].top, rows[1][t].bottom, label=f"$h^{{(1)}}_{t + 1}$",
+                canvas.arrow(rows[0][t].top, rows[1][t].bottom, label=f"$h^{{(1)}}_{t}$",
                              label_size=8, label_offset=(0.6, 0.0))
                 canvas.arrow(rows[1][t].top, (x, ys[3] - 0.45))
-                canvas.box(x, ys[3], 1.5, 0.9, f"$h^{{(2)}}_{t + 1}$", role="state", size=9)
+                canvas.box(x, ys[3], 1.5, 0.9, f"$h^{{(2)}}_{t}$", role="state", size=9)
             caption = f"out: (B, T, {hs}), the top layer's states"
         else:
             fwd = [canvas.box(x - 0.5, ys[1], 1.5, 1.0, "→", role="recurrent", size=10)

@@ -108,9 +108,9 @@ def diagram_transformer_blocks(
     canvas = Canvas(width, height, title="A Transformer block: where the LayerNorm goes")
     for cx, pre, title, formula, note, note_at in (
             (8.4, False, "post-norm (the 2017 paper)", "x ← LN(x + sublayer(x))",
-             "the residual stream\npasses through\ntwo LayerNorms", (11.8, 10.6, "left")),
+             "← the residual stream\npasses through\ntwo LayerNorms", (11.8, 10.6, "left")),
             (21.4, True, "pre-norm (GPT-2)", "x ← x + sublayer(LN(x))",
-             "the residual stream\nis never normalised:\na plain sum", (16.9, 5.0, "right"))):
+             "the residual stream →\nis never normalised:\na plain sum", (16.9, 5.0, "right"))):
         canvas.text(cx, height - 2.0, title, size=10.5, weight="bold")
         canvas.text(cx, height - 2.8, formula, size=9, color=MUTED)
         canvas.text(cx, 0.8, "x" + (f": (B, T, {d_model})" if d_model else ""), size=9.5)
@@ -128,14 +128,14 @@ def diagram_transformer_blocks(
 
 def _stack(canvas: Canvas, cx: float, y: float, items: Sequence[tuple[str, str]],
            *, box_w: float = 6.0, box_h: float = 1.0, step: float = 1.45,
-           residual_x: float | None = None) -> list[Rect]:
+           residual_x: float | None = None, size: float = 9) -> list[Rect]:
     """Boxes (label, role) from y upwards, joined by arrows; an "add & norm" box gets a grey
     residual arrow from the input of the sublayer under it (bypassing on the ``residual_x``
     side). Returns the boxes."""
     boxes: list[Rect] = []
     sublayer_input_y = y - step / 2
     for label, role in items:
-        rect = canvas.box(cx, y, box_w, box_h, label, role=role, size=9)
+        rect = canvas.box(cx, y, box_w, box_h, label, role=role, size=size)
         if boxes:
             canvas.arrow(boxes[-1].top, rect.bottom)
         if label == "add & norm" and residual_x is not None:
@@ -173,7 +173,7 @@ def diagram_encoder_decoder_transformer(*, n_layers: int | None = None) -> Diagr
     step = 1.6
     # inputs
     for cx, tokens in ((enc_x, "source tokens"), (dec_x, "target, shifted right: <s> y₁ y₂ …")):
-        canvas.box(cx, 1.1, 7.8, 0.9, tokens, role="token", size=8.5)
+        canvas.box(cx, 1.1, 8.4, 0.9, tokens, role="token", size=8.5)
         emb = canvas.box(cx, 2.7, 5.6, 1.0, "embedding × √D", role="embedding", size=9)
         canvas.arrow((cx, 1.55), emb.bottom)
         plus = canvas.op(cx, 4.1, "+", r=0.34, size=10)
@@ -184,7 +184,7 @@ def diagram_encoder_decoder_transformer(*, n_layers: int | None = None) -> Diagr
     enc = _stack(canvas, enc_x, 6.0, [("self-attention (no mask)", "attention"),
                                       ("add & norm", "norm"), ("feed-forward", "feedforward"),
                                       ("add & norm", "norm")], step=step,
-                 residual_x=enc_x + 3.6)
+                 residual_x=enc_x + 3.6, size=8.5)
     canvas.arrow((enc_x, 4.44), enc[0].bottom)
     dec = _stack(canvas, dec_x, 6.0, [("masked self-attention", "attention"),
                                       ("add & norm", "norm"), ("cross-attention", "attention"),
@@ -220,8 +220,9 @@ def diagram_encoder_decoder_transformer(*, n_layers: int | None = None) -> Diagr
     canvas.arrow(linear.top, (dec_x, linear.y1 + 0.8))
     canvas.text(dec_x, linear.y1 + 0.95, "next-token probabilities (softmax)", size=8.5,
                 color=MUTED, va="bottom")
+    layers = "1 layer" if n_layers == 1 else f"{n_layers or 'N'} layers"
     alt = ("The encoder-decoder Transformer. Left, the encoder: source token embeddings plus "
-           f"positions go through {n_layers if n_layers else 'N'} layers of unmasked "
+           f"positions go through {layers} of unmasked "
            "self-attention and a feed-forward network, each followed by add and norm, giving the "
            "memory. Right, the decoder: the target shifted right goes through blocks of masked "
            "self-attention, cross-attention and a feed-forward network, then a linear layer to "
