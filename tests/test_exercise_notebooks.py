@@ -1,6 +1,8 @@
 """Every chapter's exercise set, checked the same way: the solution notebook holds each task's
 function and check cell, stores full marks and no stderr; the generated exercise has each
-stub; the grader can load both (the solution passes, the exercise is "not attempted")."""
+stub (a debug task: its starter code instead) and starts with the Colab setup cell; the grader
+can load both (the solution passes, the exercise is "not attempted", a debug task's starter
+code "failed")."""
 
 from pathlib import Path
 
@@ -16,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = {
     "01_ngrams": ("n-gram language models", None),
     "02_rnn": ("RNNs and LSTMs", None),
-    "03_attention": ("*Attention*", "reproduces the model's logits at all 11 steps: True"),
+    "03_attention": ("*Attention*", "the marked token gets most of the weight: True"),
     "04_self_attention": ("*Self-attention*", "the same vectors, permuted: True"),
     "05_multihead": ("*Multi-head attention*", "equal to torch's output: True"),
     "06_positional": ("*Positional encodings*",
@@ -47,9 +49,13 @@ def test_every_task_has_a_region_a_stub_and_a_check_cell(assignment):
     assert len(tasks) >= 3
     for task in tasks:
         assert f"def {task.func_name}(" in solution
-        assert f'raise NotImplementedError("Task {task.id}: write {task.func_name}")' in code
+        stub = f'raise NotImplementedError("Task {task.id}: write {task.func_name}")'
+        assert (stub in code) == (task.kind != "debug"), task.id
         assert f'check("{task.id}", {task.func_name})' in code
     assert "BEGIN SOLUTION" not in code and "END SOLUTION" not in code
+    assert "BEGIN STARTER" not in code and "END STARTER" not in code
+    setup = exercise_nb.cells[1]
+    assert setup.id == "coursepkg-colab-setup" and 'find_spec("coursepkg")' in setup.source
     assert CHAPTERS[assignment][0] in solution_nb.cells[0].source
 
 
@@ -79,4 +85,5 @@ def test_the_grader_can_load_the_solution_and_the_exercise(assignment, folder):
     exec(compile(sub.code, "submission.py", "exec"), namespace)  # noqa: S102 - our notebook
     for task in checks.tasks_for(assignment):
         result = checks.run_task(task.id, namespace[task.func_name])
-        assert result.status == ("passed" if folder == "solutions" else "not attempted")
+        untouched = "failed" if task.kind == "debug" else "not attempted"
+        assert result.status == ("passed" if folder == "solutions" else untouched)

@@ -2,8 +2,18 @@
 
 In a notebook::
 
-    from coursepkg.checks import check
+    from coursepkg.checks import check, exploring
     check("1.1", count_ngrams)   # prints one line per public test; never raises
+    with exploring("1.1", "to count the bigrams of the corpus"):   # survives a stub or a crash
+        print(count_ngrams(corpus, 2)[("<s>", "the")])
+
+A chapter's checks module declares its tasks (:class:`Task`, with a ``kind``: formula,
+extension, train, debug or question; :func:`question` builds a question task) and registers
+them; see :mod:`~coursepkg.checks.core` for the kinds, partial credit (:func:`banded`) and
+train tasks' time limits and held-out data, and :mod:`~coursepkg.checks.tensors` for weights
+returned as a ``state_dict`` (:func:`~coursepkg.checks.tensors.state_dict_plain`) and whole train
+tasks (:func:`~coursepkg.checks.tensors.train_task`). Worked examples of each kind:
+``tests/framework_examples.py``.
 
 The grader uses the same tasks: :func:`grading_cases` makes a task's cases (the public ones, and
 the hidden ones from the instructor's secret), :func:`student_output` runs the student's function
@@ -26,6 +36,7 @@ of the grader and of the check cells). No chapter module imports another.
 import importlib
 
 from coursepkg.checks.core import (
+    KINDS,
     STATUSES,
     TASKS,
     Args,
@@ -39,11 +50,13 @@ from coursepkg.checks.core import (
     Task,
     TaskResult,
     Verdict,
+    banded,
     check,
     close,
     evaluate_case,
     exception_name,
     exception_result,
+    exploring,
     forbidden_result,
     format_task_result,
     get_task,
@@ -53,9 +66,12 @@ from coursepkg.checks.core import (
     load_secret,
     new_secret,
     plain_problem,
+    points_by_kind,
+    question,
     run_task,
     secret_digest,
     secret_text,
+    student_args,
     student_output,
     task_by_func_name,
     tasks_for,
@@ -69,6 +85,7 @@ for _chapter in CHAPTERS:
 del _chapter
 
 __all__ = [
+    "KINDS",
     "STATUSES",
     "TASKS",
     "Args",
@@ -82,11 +99,13 @@ __all__ = [
     "Task",
     "TaskResult",
     "Verdict",
+    "banded",
     "check",
     "close",
     "evaluate_case",
     "exception_name",
     "exception_result",
+    "exploring",
     "forbidden_result",
     "format_task_result",
     "get_task",
@@ -96,9 +115,12 @@ __all__ = [
     "load_secret",
     "new_secret",
     "plain_problem",
+    "points_by_kind",
+    "question",
     "run_task",
     "secret_digest",
     "secret_text",
+    "student_args",
     "student_output",
     "task_by_func_name",
     "tasks_for",

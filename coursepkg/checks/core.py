@@ -28,12 +28,48 @@ the inputs it hands the function and fails the case if the function changed them
 (:class:`InputChangedError`); the check cells run every case inside the same forbidden-call
 tripwire as the grader's isolated worker (:mod:`coursepkg.checks.forbidden`), so a notebook
 hears "the grader gives 0 for this" before the grader gives it.
+
+**Kinds of task** (:attr:`Task.kind`, one of :data:`KINDS`; :func:`points_by_kind` sums a set's
+points per kind):
+
+* ``"formula"``: translate the chapter's math into code, judged against the reference;
+* ``"extension"``: an idea the book stops short of, its reference kept with the checks;
+* ``"debug"``: the exercise notebook shows a buggy body (a starter block, see
+  :mod:`coursepkg.authoring`) that the student fixes; judged on behaviour like any task, so the
+  untouched starter code fails its cases (it does not raise NotImplementedError); its hints
+  describe the symptom and the idea of the fix, never the fixed line;
+* ``"train"``: the student trains a course model and returns its weights; the task has a
+  ``time_limit`` (seconds per case, measured by the check cell and by the grader) and an
+  ``expected`` hook that computes what the judge needs (held-out data) from the case's args
+  without running a training; the judge scores the returned weights on that data and awards
+  a band of the points (:func:`banded`); the weights cross the process boundary as plain data
+  (:func:`coursepkg.checks.tensors.state_dict_plain`);
+  :func:`coursepkg.checks.tensors.train_task` builds the whole task;
+* ``"question"``: a zero-argument function returning a number or a choice, its key computed
+  from coursepkg at check time (:func:`question` builds the whole task).
+
+A worked example of each new kind, written as a chapter's checks module writes its tasks, is
+``tests/framework_examples.py`` (a train task, a debug task, two questions), and
+``tests/test_checks_framework.py`` proves them (right, wrong, too slow; in the check cell and in
+the grader).
+
+**Partial credit.** A judge may award a fraction of a case (:attr:`Verdict.fraction`): the case
+then earns that fraction of its points with the status ``"partial"`` (:data:`STATUSES`).
+
+**Arguments the student's function never sees.** Keys of a case's ``args`` that start with
+``"_"`` (``"_heldout"``: the seed of a train task's held-out data) are for the trusted half
+only: :func:`student_args` drops them before ``build_args``, and the grader never sends them
+to its worker. The expected hook and the judge see them all.
+
+**Exploration cells.** :func:`exploring` wraps a notebook cell that calls the student's
+functions, so the untouched notebook still runs from top to bottom.
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import hashlib
 import hmac
 import inspect
@@ -46,6 +82,7 @@ import re
 import runpy
 import secrets
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -61,18 +98,21 @@ __all__ = [
     "ForbiddenCallError",
     "HiddenCase",
     "InputChangedError",
+    "KINDS",
     "STATUSES",
     "TASKS",
     "Task",
     "TaskResult",
     "Verdict",
     "a_type",
+    "banded",
     "check",
     "close",
     "draw_seed",
     "draw_sizes",
     "evaluate_case",
     "exception_name",
+    "exploring",
     "exception_result",
     "forbidden_result",
     "format_task_result",
@@ -84,10 +124,13 @@ __all__ = [
     "load_secret",
     "new_secret",
     "plain_problem",
+    "points_by_kind",
+    "question",
     "register",
     "run_task",
     "secret_digest",
     "secret_text",
+    "student_args",
     "student_output",
     "task_by_func_name",
     "tasks_for",
@@ -100,8 +143,12 @@ __all__ = [
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
 
-#: The statuses of one case.
-STATUSES = ("passed", "failed", "error", "not attempted")
+#: The statuses of one case: ``"partial"`` earned a fraction of its points (a judge's
+#: :attr:`Verdict.fraction`, strictly between 0 and 1).
+STATUSES = ("passed", "partial", "failed", "error", "not attempted")
+
+#: The kinds of task (:attr:`Task.kind`); see the module's docstring.
+KINDS = ("formula", "extension", "train", "debug", "question")
 
 
 class CheckError(Exception):
@@ -220,16 +267,72 @@ class Verdict:
     """A judge's decision on one answer.
 
     Attributes:
-        ok: Whether the answer is right.
+        ok: Whether the answer is right (full marks for the case).
         hint: A teaching message that names the mistake and the fix with NO data values (safe
             for hidden cases), e.g. ``"every sentence needs one '</s>' at its end."``.
         detail: The specifics (expected 0.5, got 0.25; the missing n-gram ...), shown only for
             public cases.
+        fraction: Partial credit for an answer that is not right (``ok=False``): the share of
+            the case's points it earns, from 0 to below 1 (None: 0). :func:`banded` makes it
+            from a score and thresholds. A right answer always earns 1.
     """
 
     ok: bool
     hint: str = ""
     detail: str = ""
+    fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fraction is None:
+            return
+        value = self.fraction
+        if (type(value) not in (int, float) or math.isnan(value) or not 0 <= value < 1
+                or self.ok):
+            raise CheckerBug(f"Verdict.fraction must be a number in [0, 1) with ok=False, got "
+                             f"{value!r} (ok={self.ok}); a right answer is Verdict(True)")
+
+    @property
+    def credit(self) -> float:
+        """The share of the case's points the answer earns: 1.0 when ok, else the fraction."""
+        return 1.0 if self.ok else float(self.fraction or 0.0)
+
+
+def banded(score: float, bands: Sequence[tuple[float, float]], *, metric: str = "accuracy",
+           higher_is_better: bool = True, hint: str = "") -> Verdict:
+    """The verdict on a measured ``score`` (a train task's held-out accuracy, nats per char...).
+
+    Args:
+        score: the measure of the student's result (from the trusted process).
+        bands: ``(threshold, fraction)`` pairs, best first: ``((0.95, 1.0), (0.85, 0.5))``
+            gives full marks from 0.95, half from 0.85, nothing below. The first threshold's
+            fraction must be 1.0. With ``higher_is_better=False`` a score passes a threshold
+            when it is at most it (a loss).
+        metric: the measure's name, in the messages.
+        hint: what a result below full marks should look at (the idea, never the answer); a
+            default one says how far the score is from the target.
+
+    Returns:
+        ``Verdict(True)`` in the first band; a partial (or 0) verdict whose detail gives the
+        score and the bands (the student's own score on held-out data reveals none of it).
+    """
+    if not bands or bands[0][1] != 1.0:
+        raise CheckerBug("banded(): the first band must be worth the full points (1.0)")
+    better = (lambda a, b: a >= b) if higher_is_better else (lambda a, b: a <= b)
+    word = ">=" if higher_is_better else "<="
+    table = ", ".join(f"{fraction:g} of the points at {word} {threshold:g}"
+                      for threshold, fraction in bands)
+    if type(score) not in (int, float) or not math.isfinite(score):
+        return Verdict(False, hint or f"The model's {metric} could not be measured: are its "
+                       "weights finite?", f"{metric}: {score!r}.")
+    detail = f"{metric} {score:.4g} on held-out data ({table})."
+    for threshold, fraction in bands:
+        if better(score, threshold):
+            if fraction >= 1:
+                return Verdict(True)
+            return Verdict(False, hint or f"Partial credit: the {metric} is short of the target "
+                           f"{word} {bands[0][0]:g}; train longer or better.", detail, fraction)
+    return Verdict(False, hint or f"The {metric} is far from the target {word} {bands[0][0]:g}: "
+                   "is the model trained on the data it was given?", detail, 0.0)
 
 
 @dataclass(frozen=True)
@@ -253,6 +356,26 @@ class Task:
             it (``"nltk"`` forbids ``nltk.util.ngrams``). Enforced by the grader.
         error_hints: Exception type name -> teaching hint, used when the function raises.
         hidden: The generators of the hidden cases, in report order (after the public ones).
+        kind: What the task asks (one of :data:`KINDS`): ``"formula"`` (the default),
+            ``"extension"``, ``"train"``, ``"debug"``, ``"question"``.
+        time_limit: Seconds one case may take (a train task's budget), or None. The check cell
+            runs the call (the function and ``to_plain``) on one torch thread, as the grader
+            does, measures it and fails a case that takes longer (more than the limit fails),
+            printing the time beside the budget; the grader measures the same from its
+            trusted process and gives it the status "timeout" (and stops a case at the larger
+            of this limit and its ``--timeout``).
+        expected: ``expected(args) -> plain``, what the judge gets as ``expected_plain``
+            instead of ``to_plain(reference(*build_args(args)))``: a train task's held-out
+            data (drawn from the case's args, its ``"_"`` keys included), so that grading never
+            runs the reference's training. Runs in the trusted process only; None: the
+            reference's answer.
+        private_files: Paths (relative to the ``coursepkg`` package, or absolute) the grader
+            hides from its worker (a corpus's test split); the worker gets the training data
+            from ``build_args``, so the loader it calls must be warmed in the fork server
+            (:attr:`warm`). Hidden only where the grader has namespaces (root on Linux); the
+            grader's notes say when they stay readable.
+        warm: A zero-argument function the grader's fork server calls once before it forks
+            (it loads and caches what ``build_args`` needs from :attr:`private_files`).
     """
 
     id: str
@@ -267,6 +390,11 @@ class Task:
     forbidden: tuple[str, ...] = ()
     error_hints: Mapping[str, str] = field(default_factory=dict)
     hidden: tuple[HiddenCase, ...] = ()
+    kind: str = "formula"
+    time_limit: float | None = None
+    expected: Callable[[dict], object] | None = None
+    private_files: tuple[str, ...] = ()
+    warm: Callable[[], None] | None = None
 
     @property
     def public_cases(self) -> tuple[Case, ...]:
@@ -286,11 +414,13 @@ class CaseResult:
 
     Attributes:
         name: The case's name.
-        points: Points earned (``max_points`` if passed, else 0).
+        points: Points earned (``max_points`` if passed, the judge's fraction of it if
+            partial, else 0).
         max_points: What the case is worth.
-        status: One of ``"passed"``, ``"failed"``, ``"error"``, ``"not attempted"``.
+        status: One of :data:`STATUSES` (the grader adds its own: "timeout", "forbidden"...).
         message: One line of feedback ("" when passed). For hidden cases it holds only hints.
         hidden: Whether the case is hidden.
+        seconds: How long the case took, measured for tasks with a ``time_limit`` (else None).
     """
 
     name: str
@@ -299,6 +429,7 @@ class CaseResult:
     status: str
     message: str
     hidden: bool
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +462,9 @@ class TaskResult:
 
 #: Every task, keyed by id ("1.1"), in registration order.
 TASKS: dict[str, Task] = {}
+#: The module that registered each task (the grader's worker imports it when the task is not
+#: one of ``coursepkg.checks``'s chapters: a test's or an instructor's own tasks).
+REGISTERED_BY: dict[str, str] = {}
 
 
 def register(task: Task) -> Task:
@@ -347,7 +481,12 @@ def register(task: Task) -> Task:
         raise ValueError(f"task {task.id!r}: hidden cases are generators (Task.hidden)")
     if not all(case.name.startswith("hidden:") for case in task.hidden):
         raise ValueError(f"task {task.id!r}: a hidden case's name starts with 'hidden:'")
+    if task.kind not in KINDS:
+        raise ValueError(f"task {task.id!r}: kind {task.kind!r} is not one of {KINDS}")
+    if task.time_limit is not None and not task.time_limit > 0:
+        raise ValueError(f"task {task.id!r}: time_limit must be a positive number of seconds")
     TASKS[task.id] = task
+    REGISTERED_BY[task.id] = sys._getframe(1).f_globals.get("__name__", "")
     return task
 
 
@@ -364,6 +503,15 @@ def tasks_for(assignment: str) -> list[Task]:
     """The tasks of one assignment (``"01_ngrams"``), in id order."""
     found = [task for task in TASKS.values() if task.assignment == assignment]
     return sorted(found, key=lambda task: tuple(int(part) for part in task.id.split(".")))
+
+
+def points_by_kind(assignment: str) -> dict[str, float]:
+    """The points of an assignment's tasks per kind (every kind of :data:`KINDS`, 0 for none),
+    counted as graded with a secret: public and hidden cases."""
+    points = dict.fromkeys(KINDS, 0.0)
+    for task in tasks_for(assignment):
+        points[task.kind] += task.max_points()
+    return points
 
 
 def task_by_func_name(func_name: str, assignment: str | None = None) -> Task | None:
@@ -534,7 +682,7 @@ def _extra_case(task: Task, case: object, where: str, names: set[str], hide: boo
     if json.loads(json.dumps(case.args)) != case.args:
         raise ValueError(f"{where}: args do not survive JSON (a NaN?)")
     try:
-        task.to_plain(task.reference(*task.build_args(case.args)))
+        _expected_plain(task, case.args)
     except Exception as exc:
         raise ValueError(f"{where}: task {task.id} cannot use these args ({type(exc).__name__}: "
                          f"{_one_line(str(exc), 120)}); its public cases show their form") from None
@@ -648,6 +796,19 @@ def _join(*parts: str) -> str:
     return " ".join(part.strip() for part in parts if part and part.strip())
 
 
+def student_args(args: dict) -> dict:
+    """The part of a case's ``args`` the student's function is built from: every key but those
+    starting with ``"_"`` (held back for the trusted half: see the module's docstring)."""
+    return {key: value for key, value in args.items() if not key.startswith("_")}
+
+
+def _expected_plain(task: Task, args: dict) -> object:
+    """What the judge compares with: the task's ``expected`` hook, else the reference's answer."""
+    if task.expected is not None:
+        return task.expected(args)
+    return task.to_plain(task.reference(*task.build_args(student_args(args))))
+
+
 def student_output(task: Task, case: Case, func: Callable) -> object:
     """The untrusted half: call ``func`` on the case's arguments and return ``to_plain`` of it.
 
@@ -660,7 +821,7 @@ def student_output(task: Task, case: Case, func: Callable) -> object:
     to build or copy the arguments is a :class:`CheckerBug`.
     """
     try:
-        args = task.build_args(case.args)
+        args = task.build_args(student_args(case.args))
         kept = _private_copy(args)
     except Exception as exc:
         raise CheckerBug(f"task {task.id}: cannot build the arguments of {case.name!r}") from exc
@@ -794,15 +955,19 @@ def grade_output(task: Task, case: Case, plain: object) -> CaseResult:
     problem = plain_problem(plain)
     if problem is not None:
         return _result(case, "failed", f"returned {problem}, which is not a plain value.")
-    expected = task.to_plain(task.reference(*task.build_args(case.args)))
+    expected = _expected_plain(task, case.args)
     try:
         verdict = task.judge(plain, expected, case.args)
+    except CheckerBug:
+        raise
     except Exception:  # a forged or malformed plain value
         verdict = Verdict(False, "The returned value does not have the expected form.")
-    if verdict.ok:
+    credit = verdict.credit
+    if credit >= 1:
         return _result(case, "passed", "")
     hint = verdict.hint or "The result is not the expected one: re-read the task's definition."
-    return _result(case, "failed", hint if case.hidden else _join(hint, verdict.detail))
+    status = "partial" if credit > 0 else "failed"
+    return _result(case, status, hint if case.hidden else _join(hint, verdict.detail), credit)
 
 
 def exception_name(exc: BaseException) -> str:
@@ -860,21 +1025,77 @@ def evaluate_case(task: Task, case: Case, func: Callable, *, tripwire: object = 
     Never raises for anything the student's function does, except KeyboardInterrupt (so a
     notebook can still be interrupted) and :class:`CheckerBug`.
     """
+    if task.time_limit is not None:
+        warm_training()
+    start = time.perf_counter()
     try:
-        if tripwire is None:
-            plain = student_output(task, case, func)
-        else:
-            with tripwire:
+        with _one_thread(task.time_limit is not None):
+            if tripwire is None:
                 plain = student_output(task, case, func)
+            else:
+                with tripwire:
+                    plain = student_output(task, case, func)
     except (KeyboardInterrupt, CheckerBug):
         raise
     except BaseException as exc:  # noqa: BLE001 - student code may raise anything, even SystemExit
         if getattr(tripwire, "hit", None) is not None:
             return forbidden_result(case, tripwire.hit)
-        return exception_result(task, case, exception_name(exc), str(exc))
+        return _timed(task, exception_result(task, case, exception_name(exc), str(exc)),
+                      time.perf_counter() - start)
+    seconds = time.perf_counter() - start
     if getattr(tripwire, "hit", None) is not None:
         return forbidden_result(case, tripwire.hit)
-    return grade_output(task, case, plain)
+    if task.time_limit is not None and seconds > task.time_limit:
+        return _timed(task, _result(case, "failed", over_time_message(seconds, task.time_limit)),
+                      seconds)
+    return _timed(task, grade_output(task, case, plain), seconds)
+
+
+class _one_thread:  # noqa: N801 - a context manager
+    """torch on one thread inside the block (when ``on``), as in the grader's children: a
+    timed case is measured as the grader measures it."""
+
+    def __init__(self, on: bool) -> None:
+        self.on, self.threads = on, None
+
+    def __enter__(self) -> None:
+        torch = sys.modules.get("torch")
+        if self.on and torch is not None:
+            self.threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads is not None:
+            sys.modules["torch"].set_num_threads(self.threads)
+
+
+@functools.cache
+def warm_training() -> None:
+    """Pay once, before a timed case, what a process's first optimiser step costs: torch
+    imports its compiler stack then (seconds on a busy machine), which no training loop should
+    be charged for. The grader's fork server does it too (:mod:`coursepkg.grading.warm`)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.Adam(model.parameters())
+        model(torch.zeros(1, 1)).sum().backward()
+        optimizer.step()
+
+
+def over_time_message(seconds: float, limit: float) -> str:
+    """What a case that took longer than its task's ``time_limit`` says (check cell and grader:
+    the same rule, more than the limit fails)."""
+    return (f"Over the time budget: {seconds:.1f} s for a budget of {limit:g} s; the grader "
+            "gives 0 for this case. Train for fewer steps or with larger batches.")
+
+
+def _timed(task: Task, result: CaseResult, seconds: float) -> CaseResult:
+    """``result`` with its time recorded when the task has a time limit."""
+    if task.time_limit is None:
+        return result
+    return CaseResult(result.name, result.points, result.max_points, result.status,
+                      result.message, result.hidden, round(seconds, 3))
 
 
 def tripwire_for(task: Task) -> Tripwire:
@@ -889,8 +1110,13 @@ def forbidden_result(case: Case, name: str) -> CaseResult:
     return _result(case, "failed", forbidden_message(name))
 
 
-def _result(case: Case, status: str, message: str) -> CaseResult:
-    points = float(case.points) if status == "passed" else 0.0
+def _result(case: Case, status: str, message: str, fraction: float = 0.0) -> CaseResult:
+    if status == "passed":
+        points = float(case.points)
+    elif status == "partial":
+        points = round(float(case.points) * fraction, 6)
+    else:
+        points = 0.0
     return CaseResult(case.name, points, float(case.points), status, message, case.hidden)
 
 
@@ -951,15 +1177,19 @@ def _total(results: Iterable[CaseResult]) -> float:
 # The student-facing report
 # --------------------------------------------------------------------------------------------
 
-_LABELS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not attempted": "TODO"}
+_LABELS = {"passed": "PASS", "partial": "PART", "failed": "FAIL", "error": "ERROR",
+           "not attempted": "TODO"}
 
 
 def _pts(x: float) -> str:
     return f"{x:g}"
 
 
-def format_task_result(result: TaskResult, *, has_hidden: bool = False) -> str:
-    """The report :func:`check` prints (ASCII, deterministic, no trailing newline)."""
+def format_task_result(result: TaskResult, *, has_hidden: bool = False,
+                       time_limit: float | None = None) -> str:
+    """The report :func:`check` prints (ASCII, no trailing newline; deterministic but for the
+    measured time of a task with a ``time_limit``, printed as ``(1.3 s of 10 s budget)``,
+    which nbval's sanitizer masks)."""
     head = f"Task {result.id} {result.func_name}"
     total = f"{_pts(result.points)}/{_pts(result.max_points)} points"
     if result.status == "not attempted":
@@ -971,6 +1201,8 @@ def format_task_result(result: TaskResult, *, has_hidden: bool = False) -> str:
     for case in result.cases:
         label = _LABELS.get(case.status, case.status.upper())
         line = f"  {label:<5} [{_pts(case.points)}/{_pts(case.max_points)}] {case.name}"
+        if case.seconds is not None and time_limit is not None:
+            line += f" ({case.seconds:.1f} s of {time_limit:g} s budget)"
         lines.append(f"{line}: {case.message}" if case.message else line)
     if has_hidden:
         lines.append("  (The grader also runs hidden tests on this task.)")
@@ -983,7 +1215,8 @@ def check(task_id: str, func: object) -> None:
     Meant for the check cells of exercise notebooks: it never raises (a stub, None, a crash, a
     wrong return type all become lines of the report), except for KeyboardInterrupt. Like the
     grader, it fails a case whose function calls forbidden code or changes its inputs, and says
-    that the grader gives 0 for it.
+    that the grader gives 0 for it. The notebook's global random state (Python's, torch's)
+    is left as it was, whatever the function seeds or draws.
 
     Args:
         task_id: The task, e.g. ``"1.1"``.
@@ -996,8 +1229,10 @@ def check(task_id: str, func: object) -> None:
         print(f"check(): there is no task {task_id!r}. The tasks are: {known}.")
         return
     try:
-        result = run_task(task_id, func)
-        report = format_task_result(result, has_hidden=bool(task.hidden))
+        with _random_state_kept():
+            result = run_task(task_id, func)
+        report = format_task_result(result, has_hidden=bool(task.hidden),
+                                    time_limit=task.time_limit)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - check() must never raise into the notebook
@@ -1006,3 +1241,191 @@ def check(task_id: str, func: object) -> None:
             f"({type(exc).__name__}: {_one_line(str(exc))}). Please tell your instructor."
         )
     print(report)
+
+
+class _random_state_kept:  # noqa: N801 - a context manager
+    """The global random generators (Python's, and torch's CPU one when torch is loaded) as
+    they were before the block: a check cell leaves the notebook's random state alone, even
+    when the student's function seeds it (a train task's ``torch.manual_seed(seed)``)."""
+
+    def __enter__(self) -> None:
+        torch = sys.modules.get("torch")
+        self.python = random.getstate()
+        self.torch = None if torch is None else torch.random.get_rng_state()
+
+    def __exit__(self, *exc: object) -> None:
+        random.setstate(self.python)
+        if self.torch is not None:
+            sys.modules["torch"].random.set_rng_state(self.torch)
+
+
+# --------------------------------------------------------------------------------------------
+# Question tasks
+# --------------------------------------------------------------------------------------------
+
+#: The forms of answer a question takes (:func:`question`) and how its messages name them.
+ANSWER_FORMS = {
+    "number": "a number (an int or a float)",
+    "int": "a whole number (an int)",
+    "choice": "one of the choices, as a string",
+}
+
+_QUESTION_HINT = "Not the expected answer: re-read the question and the experiment it asks about."
+
+#: The default relative tolerance of a ``"number"`` answer: a key read off a printout rounded
+#: to four significant digits passes.
+QUESTION_TOLERANCE = 1e-3
+
+
+def question(id: str, assignment: str, func_name: str, title: str, key: Callable[[], object],
+             points: float = 1, *, kind_of_answer: str = "number",
+             tolerance: float = QUESTION_TOLERANCE, choices: Sequence[str] | None = None,
+             hint: str = "",
+             wrong_answers: Callable[[], Mapping[object, str]] | None = None) -> Task:
+    """A question task (kind ``"question"``), to :func:`register` like any task.
+
+    The student writes a function of no argument, ``def uniform_perplexity(): return 50``,
+    that returns the answer; the task has one public case and no hidden ones. The key is never
+    stored: ``key()`` computes it from coursepkg (``lambda: float(len(vocab))``) the first
+    time the task is checked in a process, and keeps it (``task.reference.cache_clear()``
+    forgets it); so a change in the package that changes the answer changes the verdict,
+    never a stale key. The messages say what form of answer is expected, never the key.
+
+    What the student's function may call: anything but the key. The reference and the
+    ``key`` it wraps are forbidden like any task's reference (a function that returns
+    ``get_task(id).reference()`` or ``key()`` gets 0, in the check cell and in the grader),
+    but the package is not: a question asks about the chapter's experiments, and running the
+    chapter's code to find the answer is a fair way to answer it. A chapter that wants more
+    forbidden gives the task its names (``dataclasses.replace(task, forbidden=...)``).
+
+    Args:
+        id, assignment, func_name, title: as in :class:`Task`.
+        key: computes the right answer: a number, an int, or one of ``choices``.
+        points: what the question is worth (a few points at most).
+        kind_of_answer: ``"number"`` (right within ``tolerance``, relative, or 1e-9
+            absolute), ``"int"`` (exact) or ``"choice"`` (one of ``choices``, exact).
+        tolerance: the relative tolerance of a ``"number"`` answer.
+        choices: the possible answers of a ``"choice"`` question (strings, shown to students).
+        hint: what a wrong answer is told: the idea to look at, never the answer.
+        wrong_answers: known wrong answers, each with its own hint (the mistake behind it),
+            computed like the key, from the package (``lambda: {V ** 2: "...", ...}``); an
+            answer equal to one of them (same type, and within ``tolerance`` for a number) is
+            told that hint instead of ``hint``.
+    """
+    if kind_of_answer not in ANSWER_FORMS:
+        raise ValueError(f"question {id}: kind_of_answer must be one of {tuple(ANSWER_FORMS)}")
+    if (kind_of_answer == "choice") != (choices is not None):
+        raise ValueError(f"question {id}: choices go with kind_of_answer='choice', and only")
+    options = tuple(choices or ())
+    form = ANSWER_FORMS[kind_of_answer]
+    if options:
+        form += " among " + ", ".join(repr(option) for option in options)
+
+    reference = _cached(key)
+
+    def to_plain(value: object) -> object:
+        if kind_of_answer == "choice":
+            if type(value) is not str or value not in options:
+                what = repr(value) if type(value) is str else a_type(value)
+                raise CheckError(f"expected {form}, got {what}")
+            return value
+        if kind_of_answer == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise CheckError(f"expected {form}, got {a_type(value)}")
+            return int(value)
+        try:
+            number = to_plain_float(value)
+        except CheckError:
+            raise CheckError(f"expected {form}, got {a_type(value)}") from None
+        if not math.isfinite(number):
+            raise CheckError(f"expected {form}, got a value that is not finite")
+        return number
+
+    def same(got: object, answer: object) -> bool:
+        if kind_of_answer == "number":
+            return type(got) in (int, float) and not isinstance(got, bool) and math.isclose(
+                float(got), float(answer), rel_tol=tolerance, abs_tol=ABS_TOL)
+        return type(got) is type(answer) and got == answer
+
+    def judge(got: object, expected: object, args: dict) -> Verdict:
+        if same(got, expected):
+            return Verdict(True)
+        for answer, its_hint in (wrong_answers() if wrong_answers else {}).items():
+            if same(got, answer):
+                return Verdict(False, its_hint)
+        return Verdict(False, hint or _QUESTION_HINT)
+
+    return Task(
+        id=id, assignment=assignment, func_name=func_name, title=title,
+        cases=(Case("the answer", points, {}),),
+        build_args=lambda args: (),
+        reference=reference, to_plain=to_plain, judge=judge,
+        error_hints={"CheckError": f"Return {form}."},
+        kind="question",
+    )
+
+
+def _cached(func: Callable[[], object]) -> Callable[[], object]:
+    """``func`` computed once per process (``.cache_clear()`` forgets the value), as a
+    question's reference: a Python function, so that the tripwire sees every call of it, one
+    the cache answers too (``functools.cache`` answers from C, where no profile hook looks),
+    and its ``__wrapped__`` is the key, which the tripwire forbids with it."""
+    kept: list[object] = []
+
+    def reference() -> object:
+        if not kept:
+            kept.append(func())
+        return kept[0]
+
+    reference.cache_clear = kept.clear
+    reference.__wrapped__ = func
+    return reference
+
+
+# --------------------------------------------------------------------------------------------
+# Exploration cells
+# --------------------------------------------------------------------------------------------
+
+
+class exploring:  # noqa: N801 - used like a function: `with exploring("4.2"):`
+    """A context manager for a notebook cell that explores the student's function of a task.
+
+    ::
+
+        with exploring("4.2", "to compare it with torch's"):
+            out, weights = scaled_dot_product_attention(q, k, v)
+            print((out - torch_out).abs().max())
+
+    Any exception from the block is swallowed and the cell prints one line instead:
+    ``"Write scaled_dot_product_attention (task 4.2) to compare it with torch's."`` when the
+    function is still a stub (NotImplementedError), else ``"scaled_dot_product_attention
+    raised ValueError: <message>; run the check cell of task 4.2 above for a hint."``. So the
+    untouched notebook runs top to bottom, and a wrong attempt does not stop it.
+    KeyboardInterrupt passes (the notebook can still be interrupted).
+
+    Args:
+        task_id: the task whose function the block calls.
+        purpose: what the cell does with it, continuing "Write <func> (task <id>) ...".
+    """
+
+    def __init__(self, task_id: str, purpose: str = "") -> None:
+        self.task_id = task_id
+        self.purpose = purpose
+
+    def __enter__(self) -> exploring:
+        return self
+
+    def __exit__(self, kind, exc, traceback) -> bool:  # noqa: ANN001
+        if exc is None or isinstance(exc, KeyboardInterrupt):
+            return False
+        task = TASKS.get(self.task_id)
+        func = task.func_name if task is not None else "the function"
+        if isinstance(exc, NotImplementedError):
+            purpose = f" {self.purpose.strip()}" if self.purpose.strip() else ""
+            print(f"Write {func} (task {self.task_id}){purpose.rstrip('.')}.")
+        else:
+            said = _one_line(str(exc)).rstrip(".")
+            shown = f"{exception_name(exc)}: {said}" if said else exception_name(exc)
+            print(f"{func} raised {shown}; run the check cell of task {self.task_id} above for "
+                  "a hint.")
+        return True

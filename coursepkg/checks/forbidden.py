@@ -16,7 +16,8 @@ threads) sees every Python call and every call of a C function made from Python,
 class all its methods. A call is a violation when the callee is forbidden and its caller is
 neither forbidden code itself (a library's own calls are its business) nor the course's checker
 (which builds the arguments and may use the package). The task's reference solution is always
-forbidden, and so is switching the hook off.
+forbidden, with every callable it wraps (``__wrapped__``, a partial's ``func``: a question's
+cached reference and the key it computes), and so is switching the hook off.
 
 **Operators** (``"aten::lstm"``, ``"aten::_scaled_dot_product_attention_math"``): the kernels
 themselves, whatever Python name led there. While the tripwire is armed, each forbidden
@@ -165,6 +166,27 @@ def operator_kernels(name: str) -> list[tuple[str, str, str]]:
     return kernels
 
 
+def _layers(obj: object) -> list[object]:
+    """``obj`` and the callables it wraps, outermost first: a partial's ``func``, a bound
+    method's ``__func__``, a wrapper's ``__wrapped__`` (``functools.wraps``, ``functools.cache``,
+    a question's cached key)."""
+    layers = [obj]
+    for _ in range(20):
+        inner = None
+        for attribute in ("func", "__func__", "__wrapped__"):
+            try:
+                inner = getattr(obj, attribute, None)
+            except Exception:  # noqa: BLE001 - an object's own __getattr__ may raise anything
+                inner = None
+            if inner is not None:
+                break
+        if inner is None or inner is obj or not callable(inner):
+            break
+        obj = inner
+        layers.append(obj)
+    return layers
+
+
 class Tripwire:
     """Notices calls to forbidden code while the student's function runs (see the module's text).
 
@@ -205,31 +227,30 @@ class Tripwire:
             for member in vars(obj).values():
                 self._add(name, getattr(member, "__func__", member))
             return
-        code = getattr(obj, "__code__", None)
-        if code is not None:
-            self.codes[id(code)] = name
-            self._kept.append(code)
-        elif callable(obj):
-            self.builtins[id(obj)] = name
+        # Every layer of a wrapped callable, as forbidden_callable sees them: a cached
+        # reference (functools.cache) and the function it wraps are both forbidden.
+        for layer in _layers(obj):
+            code = getattr(layer, "__code__", None)
+            if code is not None:
+                self.codes[id(code)] = name
+                self._kept.append(code)
+            elif callable(layer):
+                self.builtins[id(layer)] = name
 
     def forbidden_callable(self, obj: object) -> str | None:
-        """The forbidden name ``obj`` is (seen through partials, bound methods and wrappers)."""
-        for _ in range(20):
-            inner = getattr(obj, "func", None) or getattr(obj, "__func__", None)
-            inner = inner or getattr(obj, "__wrapped__", None)
-            if inner is None or inner is obj:
-                break
-            obj = inner
-        code = getattr(obj, "__code__", None)
-        if code is not None and id(code) in self.codes:
-            return self.codes[id(code)]
+        """The forbidden name ``obj`` is (seen through partials, bound methods and wrappers:
+        any layer of it that is forbidden makes it forbidden)."""
+        layers = _layers(obj)
+        for layer in layers:
+            code = getattr(layer, "__code__", None)
+            if code is not None and id(code) in self.codes:
+                return self.codes[id(code)]
+            if id(layer) in self.builtins:
+                return self.builtins[id(layer)]
+        obj = layers[-1]
         globals_ = getattr(obj, "__globals__", None)
         module = globals_.get("__name__") if isinstance(globals_, dict) else None
-        return (
-            self.builtins.get(id(obj))
-            or self._module_hit(module)
-            or self._module_hit(getattr(obj, "__module__", None))
-        )
+        return self._module_hit(module) or self._module_hit(getattr(obj, "__module__", None))
 
     def _module_hit(self, module: object) -> str | None:
         """The forbidden prefix module ``module`` falls under, or None (remembered per name:

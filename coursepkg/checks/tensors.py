@@ -8,6 +8,13 @@ the case's tensors in one built by :func:`with_weights`. A returned tensor cross
 boundary as the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``
 (:func:`tensor_plain`, :func:`parts_plain`) and is read back with :func:`decode`.
 
+A train task's answer is a model's weights: :func:`state_dict_plain` turns a returned module
+or ``state_dict`` into plain data (its float tensors as float32 bytes in base64: a model of
+100,000 parameters is about 0.55 MB of JSON, well within the grader's 8 MiB per message),
+checking the names and shapes the task expects; the trusted half reads it back with
+:func:`state_dict_tensors` and loads it into the course model (:func:`with_weights`).
+:func:`train_task` declares a whole train task that way.
+
 :func:`judge_parts` is the verdict on one or more returned tensors: shapes first (a task's
 ``shape_hint`` names the known shape mistakes), then dtypes, then values within the dtype's
 :data:`TOLERANCE`; a wrong answer is compared with known wrong implementations, each recomputed
@@ -17,6 +24,7 @@ makes a task's judge of it.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -24,7 +32,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
-from coursepkg.checks.core import CheckError, Verdict
+from coursepkg.checks.core import Case, CheckError, HiddenCase, Task, Verdict, banded
 
 __all__ = [
     "DTYPES",
@@ -43,8 +51,11 @@ __all__ = [
     "normal",
     "parts_plain",
     "same",
+    "state_dict_plain",
+    "state_dict_tensors",
     "tensor_judge",
     "tensor_plain",
+    "train_task",
     "with_weights",
 ]
 
@@ -181,6 +192,150 @@ def parts_plain(value: object, names: tuple[str, ...]) -> list[dict]:
         what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
         raise CheckError(f"expected {what} ({', '.join(names)}), got {got}")
     return [tensor_plain(part, name) for part, name in zip(value, names, strict=True)]
+
+
+def state_dict_plain(value: object, expected: Mapping[str, Sequence[int]]) -> dict:
+    """A returned model or ``state_dict`` -> plain data: ``{name: {"shape", "dtype", "base64"}}``.
+
+    For a train task's ``to_plain``: the student's function may return the trained module
+    itself or its ``state_dict()``. Floating-point tensors travel as float32, others (a
+    counter buffer) as int64, each as the base64 of its little-endian bytes.
+
+    Args:
+        value: what the student's function returned.
+        expected: every name of the course model's state_dict and its shape, e.g.
+            ``{"weight": (2, 2), "bias": (2,)}`` (``{k: tuple(v.shape) for k, v in
+            Model().state_dict().items()}``).
+
+    Raises:
+        CheckError: naming the problem: not a module or a dict of tensors, a missing or an
+            extra name, a value that is not a tensor, a wrong shape, NaN or infinite values.
+    """
+    if isinstance(value, nn.Module):
+        value = value.state_dict()
+    if not isinstance(value, Mapping):
+        raise CheckError(
+            f"expected the trained model or its state_dict(), got {type(value).__name__}"
+        )
+    missing = [name for name in expected if name not in value]
+    if missing:
+        raise CheckError(f"the state_dict lacks {', '.join(map(repr, missing))}: return the "
+                         "weights of the course model asked for")
+    extra = [str(name) for name in value if name not in expected]
+    if extra:
+        raise CheckError(f"the state_dict has names the model does not: "
+                         f"{', '.join(map(repr, extra[:5]))}")
+    plain = {}
+    for name, shape in expected.items():
+        tensor = value[name]
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckError(f"expected {name!r} as a torch.Tensor, got {type(tensor).__name__}")
+        if tuple(tensor.shape) != tuple(shape):
+            raise CheckError(f"{name!r} has shape {tuple(tensor.shape)}, the model's is "
+                             f"{tuple(shape)}")
+        tensor = tensor.detach().to("cpu")
+        if tensor.is_floating_point():
+            if not bool(torch.isfinite(tensor).all()):
+                raise CheckError(f"{name!r} holds NaN or infinite values: the training diverged "
+                                 "(a learning rate too large?)")
+            tensor, dtype = tensor.to(torch.float32), "float32"
+        else:
+            tensor, dtype = tensor.to(torch.int64), "int64"
+        data = tensor.contiguous().numpy().astype(f"<{'f4' if dtype == 'float32' else 'i8'}")
+        plain[name] = {"shape": list(shape), "dtype": dtype,
+                       "base64": base64.b64encode(data.tobytes()).decode("ascii")}
+    return plain
+
+
+def state_dict_tensors(plain: object, expected: Mapping[str, Sequence[int]]) -> dict[str, Tensor]:
+    """The trusted half's reading of :func:`state_dict_plain`: ``{name: tensor}`` in the
+    expected names and shapes; ValueError for anything malformed (a forged answer)."""
+    if type(plain) is not dict or set(plain) != set(expected):
+        raise ValueError("not the expected state_dict")
+    import numpy as np
+
+    tensors = {}
+    for name, shape in expected.items():
+        part = plain[name]
+        if type(part) is not dict or set(part) != {"shape", "dtype", "base64"}:
+            raise ValueError(f"{name}: not a plain tensor")
+        if part["shape"] != list(shape) or part["dtype"] not in ("float32", "int64"):
+            raise ValueError(f"{name}: wrong shape or dtype")
+        if type(part["base64"]) is not str:
+            raise ValueError(f"{name}: bad data")
+        raw = base64.b64decode(part["base64"], validate=True)
+        array = np.frombuffer(raw, dtype="<f4" if part["dtype"] == "float32" else "<i8")
+        if array.size != math.prod(shape):
+            raise ValueError(f"{name}: wrong number of values")
+        tensor = torch.from_numpy(array.copy()).reshape(tuple(shape))
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name}: values that are not finite")
+        tensors[name] = tensor
+    return tensors
+
+
+def train_task(
+    id: str,
+    assignment: str,
+    func_name: str,
+    title: str,
+    *,
+    cases: tuple[Case, ...],
+    build_args: Callable[[dict], tuple],
+    reference: Callable,
+    model: Callable[[], nn.Module],
+    held_out: Callable[[dict], object],
+    score: Callable[[nn.Module, object], float],
+    bands: Sequence[tuple[float, float]],
+    time_limit: float,
+    hidden: tuple[HiddenCase, ...] = (),
+    metric: str = "accuracy",
+    higher_is_better: bool = True,
+    hint: str = "",
+    forbidden: tuple[str, ...] = (),
+    error_hints: Mapping[str, str] | None = None,
+    private_files: tuple[str, ...] = (),
+    warm: Callable[[], None] | None = None,
+) -> Task:
+    """A train task (kind ``"train"``), to ``register`` like any task.
+
+    The student's function gets what ``build_args`` makes of a case's args (the training data
+    and a seed; never the args' ``"_"`` keys, such as the held-out seed) and returns the
+    trained course model, or its ``state_dict()``. The weights travel as plain data
+    (:func:`state_dict_plain`, names and shapes those of ``model()``); the trusted half loads
+    them into ``model()``, in eval mode, and awards the band of ``score(module, held_out(args))``
+    (:func:`coursepkg.checks.core.banded`). Grading never runs ``reference``: it is the
+    instructor's training, which the tests run (on 3 seeds it must reach the first band within
+    half of ``time_limit``).
+
+    Args:
+        id, assignment, func_name, title, cases, build_args, reference, hidden, forbidden,
+            error_hints, private_files, warm: as in :class:`~coursepkg.checks.core.Task`.
+        model: builds the course model, untrained (``lambda: CharLSTM(V, 16, 32)``).
+        held_out: ``held_out(args)``: the held-out data of a case (from its ``"_"`` seed).
+        score: ``score(module, data) -> float``: the measure (accuracy, nats per char...),
+            computed under ``torch.no_grad()``.
+        bands: ``(threshold, fraction)`` pairs, best first, the first worth 1.0.
+        time_limit: seconds per case (see :attr:`~coursepkg.checks.core.Task.time_limit`).
+        metric, higher_is_better, hint: as in :func:`~coursepkg.checks.core.banded`.
+    """
+    with torch.random.fork_rng(devices=[]):
+        shapes = {name: tuple(t.shape) for name, t in model().state_dict().items()}
+
+    def judge(got: object, expected: object, args: dict) -> Verdict:
+        module = with_weights(model, torch.float32, state_dict_tensors(got, shapes))
+        with torch.no_grad():
+            value = score(module, expected)
+        return banded(float(value), bands, metric=metric, higher_is_better=higher_is_better,
+                      hint=hint)
+
+    return Task(
+        id=id, assignment=assignment, func_name=func_name, title=title, cases=cases,
+        build_args=build_args, reference=reference,
+        to_plain=lambda value: state_dict_plain(value, shapes), judge=judge,
+        forbidden=forbidden, error_hints=dict(error_hints or {}), hidden=hidden, kind="train",
+        time_limit=time_limit, expected=held_out, private_files=private_files, warm=warm,
+    )
 
 
 def decode(plain: object) -> tuple[tuple[int, ...], str, Tensor]:

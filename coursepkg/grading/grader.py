@@ -12,8 +12,13 @@ Output folder layout (all files written atomically: a temporary file, then a ren
   cases and the instructor's extra ones): a change of any of them grades again.
 
 Hidden cases exist only with the instructor's secret (``--secret FILE``): they are made here, in
-the trusted process, and each child receives only the arguments of the cases it runs. Without a
-secret the grader runs the public cases only, and says so in the log and the summary.
+the trusted process, and each child receives only the arguments of the cases it runs (without
+their keys that start with "_", held back for the judge). Without a secret the grader runs the
+public cases only, and says so in the log and the summary.
+
+A task with a ``time_limit`` (a train task) gets a per-case clock of the larger of that limit
+and ``--timeout``, a task clock of its cases' limits together, and its cases' times measured
+(:mod:`.judging`). A task's ``private_files`` are hidden from its children (with namespaces).
 """
 
 from __future__ import annotations
@@ -28,10 +33,20 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 
+import coursepkg
 from coursepkg import __version__
-from coursepkg.checks.core import Case, Task, grading_cases, secret_digest, tasks_for
+from coursepkg.checks.core import (
+    REGISTERED_BY,
+    Case,
+    Task,
+    grading_cases,
+    secret_digest,
+    student_args,
+    tasks_for,
+)
 from coursepkg.grading import worker
 from coursepkg.grading.judging import task_record, unreadable_task
 from coursepkg.grading.reporting import (
@@ -66,7 +81,7 @@ UID_BASE = 1 << 28
 MAX_JOBS = 64
 #: Bumped when the grader records something else for the same notebook and cases (new statuses,
 #: messages, time rules), so that cached records of an older grader are not reused.
-GRADER_VERSION = 2
+GRADER_VERSION = 3
 
 
 _GRADERS = itertools.count()
@@ -138,6 +153,12 @@ class Grader:
     def notes(self) -> list[str]:
         """What an instructor should know about this run (printed under the summary)."""
         notes = [f"tests: {self.tests}"]
+        private = [task.id for task in self.tasks if task.private_files]
+        if private and not self.isolate:
+            notes.append(
+                f"private files of task{'s' * (len(private) > 1)} {', '.join(private)} stay "
+                "readable to children (not root: no namespaces to hide them)"
+            )
         if not self.isolate:
             notes.append(
                 "isolation: limits only (not root on Linux: no namespaces, so no private /tmp; "
@@ -173,14 +194,42 @@ class Grader:
             request = {
                 "code": sub.code,
                 "task": task.id,
-                "cases": [{"index": i, "args": case.args} for i, case in enumerate(cases)],
+                "module": task_module(task),
+                "cases": [
+                    {"index": i, "args": student_args(case.args)} for i, case in enumerate(cases)
+                ],
             }
+            hide = self.hide + private_paths(task)
             outcome = run_cases(
-                worker.child_main, request, self.limits, str(workdir), self.hide, uid
+                worker.child_main, request, task_limits(task, self.limits, len(cases)),
+                str(workdir), hide, uid,
             )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return task_record(task, cases, outcome, syntax_error=sub.broken.get(task.func_name))
+
+
+def task_limits(task: Task, limits: Limits, cases: int) -> Limits:
+    """The limits of one task's children: ``limits``, and for a task with a ``time_limit`` a
+    per-case clock of the larger of it and ``limits.timeout``, and a task clock long enough for
+    every case to use its limit (plus one clock for loading)."""
+    if task.time_limit is None:
+        return limits
+    per_case = max(limits.timeout, task.time_limit)
+    whole = max(2 * per_case, (cases + 1) * per_case)
+    return replace(limits, timeout=per_case, task_timeout=whole)
+
+
+def private_paths(task: Task) -> list[str]:
+    """A task's ``private_files`` as absolute paths (relative ones are under the package)."""
+    root = Path(coursepkg.__file__).resolve().parent
+    return sorted(str((root / path).resolve()) for path in task.private_files)
+
+
+def task_module(task: Task) -> str:
+    """The module that registered a task: a child imports it when the task is not registered
+    by ``coursepkg.checks`` (a test's or an instructor's own tasks)."""
+    return REGISTERED_BY.get(task.id, "")
 
 
 # ----------------------------------------------------------------------------- the batch

@@ -55,6 +55,9 @@ class Limits:
         file_mb: largest file the child may write.
         nproc: processes the child's user may have (enforced only after dropping to that user).
         tmp_mb: size of each private temporary folder (``/tmp``, ``/var/tmp``, ``/dev/shm``...).
+        task_timeout: wall-clock seconds for a whole task, all its cases (None: twice
+            ``timeout``; see :func:`coursepkg.grading.sandbox.task_seconds`). The grader sets it
+            for a task with a ``time_limit`` (a train task), whose cases each may take that long.
     """
 
     timeout: float = 20.0
@@ -62,6 +65,7 @@ class Limits:
     file_mb: int = 8
     nproc: int = 64
     tmp_mb: int = 64
+    task_timeout: float | None = None
 
 
 @dataclass
@@ -247,7 +251,8 @@ def _vm_size_bytes() -> int:
 
 def _set_limits(limits: dict, iso: Isolation) -> None:
     budget = int(limits["memory_mb"]) * 1024 * 1024
-    cpu = int(limits["timeout"]) + 2
+    # CPU seconds of the child, all its cases: a case's wall-clock limit, or a task's when set
+    cpu = int(max(limits["timeout"], limits.get("task_timeout") or 0)) + 2
     wanted = [
         ("memory", resource.RLIMIT_AS, _vm_size_bytes() + budget),
         ("cpu", resource.RLIMIT_CPU, cpu),

@@ -5,6 +5,12 @@ name, or a tripwire hit (:class:`~coursepkg.grading.sandbox.RawOutcome`); the ve
 the task's own judge and reference (:func:`coursepkg.checks.core.grade_output`), run here.
 A record is plain data (it goes into the grader's cache as JSON): the task's id, name, points,
 the max points of the cases it was graded on, a status, and one result per case.
+
+A case's status is one of :data:`coursepkg.checks.core.STATUSES` ("partial": the judge awarded
+a fraction of its points) or one of the grader's own: "timeout", "memory", "crashed",
+"forbidden", "missing", "unreadable". A task with a ``time_limit`` has each case's time
+measured here, in the trusted process, between the child's messages (the child cannot forge
+it): a case that took longer than the limit gets "timeout" and 0, as the check cell fails it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from coursepkg.checks.core import Case, CaseResult, Task, exception_result, grade_output
+from coursepkg.checks.core import (
+    Case,
+    CaseResult,
+    Task,
+    exception_result,
+    grade_output,
+    over_time_message,
+)
 from coursepkg.checks.forbidden import forbidden_message
 from coursepkg.grading.sandbox import RawOutcome
 
@@ -39,6 +52,17 @@ def _ended_result(case: Case, ended: str, detail: str) -> CaseResult:
 
 
 def _case_from_raw(case: Case, message: dict | None, outcome: RawOutcome, task: Task) -> CaseResult:
+    result = _judged(case, message, outcome, task)
+    seconds = None if message is None else message.get("seconds")
+    if task.time_limit is None or type(seconds) not in (int, float):
+        return result
+    if seconds > task.time_limit and result.status not in ("forbidden", "memory"):
+        result = zero(case, "timeout", over_time_message(seconds, task.time_limit))
+    return CaseResult(result.name, result.points, result.max_points, result.status,
+                      result.message, result.hidden, round(float(seconds), 3))
+
+
+def _judged(case: Case, message: dict | None, outcome: RawOutcome, task: Task) -> CaseResult:
     if message is None:  # the child never answered this case: how it ended says why
         return _ended_result(case, outcome.ended, outcome.detail)
     if "ended" in message:  # the case during which its child ran out of time or died
@@ -52,11 +76,17 @@ def _case_from_raw(case: Case, message: dict | None, outcome: RawOutcome, task: 
     return grade_output(task, case, message.get("plain"))
 
 
-def _task_status(statuses: set[str]) -> str:
+def _task_status(results: Sequence[CaseResult]) -> str:
+    """passed (every case), not attempted (every case), the first of the grader's statuses a
+    case has (forbidden, missing, ... error), else partial (some points) or failed (none)."""
+    statuses = {c.status for c in results}
     for status in ("passed", "not attempted"):
         if statuses == {status}:
             return status
-    return next((s for s in _TASK_STATUS_ORDER if s in statuses), "failed")
+    found = next((s for s in _TASK_STATUS_ORDER if s in statuses), None)
+    if found is not None:
+        return found
+    return "partial" if sum(c.points for c in results) > 0 else "failed"
 
 
 def task_record(
@@ -87,7 +117,7 @@ def task_record(
         results = [
             _case_from_raw(case, answered.get(i), outcome, task) for i, case in enumerate(cases)
         ]
-    status = _task_status({c.status for c in results})
+    status = _task_status(results)
     if status == "forbidden":  # a forbidden call anywhere costs the whole task, every case
         called = next(c.message for c in results if c.status == "forbidden")
         results = [zero(case, "forbidden", called) for case in cases]

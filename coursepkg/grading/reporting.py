@@ -2,7 +2,8 @@
 
 - :func:`grades_csv`: ``grades.csv``, one row per submission (points per task, total, max,
   status), safe to open in a spreadsheet;
-- :func:`gradescope_json`: a submission's Gradescope ``results.json``;
+- :func:`gradescope_json`: a submission's Gradescope ``results.json`` (a case with partial
+  credit is a "failed" test with its score: only full marks are "passed");
 - :func:`feedback_md`: a submission's ``feedback/<student>.md``: what passed, what failed and
   why (hidden tests never show data);
 - :func:`summary_table`: the short table the command prints.
@@ -114,7 +115,7 @@ def gradescope_json(record: dict) -> str:
                     "status": "passed"
                     if case["status"] == "passed" and case["points"] > 0
                     else "failed",
-                    "output": f"{case['status']}. {case['message']}".strip(),
+                    "output": f"{case['status']}{_time(case)}. {case['message']}".strip(),
                     "visibility": "after_published" if case["hidden"] else "visible",
                 }
             )
@@ -123,6 +124,12 @@ def gradescope_json(record: dict) -> str:
     if record["status"] == "unreadable":
         result["output"] = f"Your notebook could not be read: {record['problem']}."
     return json.dumps(result, indent=2, sort_keys=True) + "\n"
+
+
+def _time(case: dict) -> str:
+    """`` (3.2 s)``: the time a case of a task with a time limit took, else ""."""
+    seconds = case.get("seconds")
+    return f" ({seconds:.1f} s)" if type(seconds) in (int, float) else ""
 
 
 def feedback_md(found: Found, record: dict) -> str:
@@ -149,6 +156,7 @@ def feedback_md(found: Found, record: dict) -> str:
             name = f"hidden test {number}" if case["hidden"] else case["name"]
             mark = "PASS" if case["status"] == "passed" else case["status"].upper()
             text = f"- {mark} [{_num(case['points'])}/{_num(case['max_points'])}] {name}"
+            text += _time(case)
             if case["message"]:
                 text += f": {case['message']}"
             lines.append(text)

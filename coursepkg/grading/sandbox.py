@@ -53,8 +53,9 @@ NOBODY = 65534
 
 
 def task_seconds(limits: Limits) -> float:
-    """The most wall-clock time one task may take, all its cases and children together."""
-    return 2 * limits.timeout
+    """The most wall-clock time one task may take, all its cases and children together:
+    ``limits.task_timeout`` when set, else twice the per-case timeout."""
+    return limits.task_timeout if limits.task_timeout is not None else 2 * limits.timeout
 
 
 @dataclass
@@ -65,7 +66,9 @@ class RawOutcome:
         messages: one dict per case that has an outcome: what the child sent,
             {"case": i, "plain": value} or {"case": i, "exc": name, "msg": text} or
             {"case": i, "forbidden": name}; or, for a case during which the child ran out of
-            time or died, {"case": i, "ended": "timeout" | "crashed", "detail": text}.
+            time or died, {"case": i, "ended": "timeout" | "crashed", "detail": text}. An
+            answered case also has "seconds": the wall-clock time from the child's previous
+            message (loaded, or the previous case) to this one, measured here, in the parent.
         load_error: set when the submission's code could not even be loaded ("exc" style dict).
         missing: True when the task's function is not defined.
         loaded: True once the child said the submission's code is loaded.
@@ -96,7 +99,9 @@ def _get_context(entry_module: str):
     global _context
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([*_PRELOAD, entry_module, "coursepkg.grading.frozen"])
+        ctx.set_forkserver_preload(
+            [*_PRELOAD, entry_module, "coursepkg.grading.warm", "coursepkg.grading.frozen"]
+        )
         _context = ctx
     return _context
 
@@ -205,7 +210,8 @@ def run_in_child(
     said_done = False
     last = deadline if deadline is not None else time.monotonic() + task_seconds(limits)
     outcome.deadline = last
-    window = min(time.monotonic() + limits.timeout, last)
+    step = time.monotonic()
+    window = min(step + limits.timeout, last)
     try:
         while True:
             remaining = window - time.monotonic()
@@ -221,12 +227,13 @@ def run_in_child(
                 raw = receiver.recv_bytes(_MAX_MESSAGE_BYTES)
             except (EOFError, OSError):
                 break  # the child is gone (or sent more than we accept)
-            kind = _take(outcome, raw)
+            kind = _take(outcome, raw, time.monotonic() - step)
             if kind == "done":
                 said_done = True
                 break
             if kind in ("isolation", "loaded", "case"):  # the clock restarts for the next step
-                window = min(time.monotonic() + limits.timeout, last)
+                step = time.monotonic()
+                window = min(step + limits.timeout, last)
     finally:
         _kill_tree(process, uid)
         receiver.close()
@@ -240,8 +247,9 @@ def run_in_child(
     return outcome
 
 
-def _take(outcome: RawOutcome, raw: bytes) -> str | None:
-    """Record one message; returns its kind ("done" when the child said it is done)."""
+def _take(outcome: RawOutcome, raw: bytes, seconds: float) -> str | None:
+    """Record one message; returns its kind ("done" when the child said it is done).
+    ``seconds``: the time since the child's previous message, recorded with a case's answer."""
     try:
         message = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -258,6 +266,7 @@ def _take(outcome: RawOutcome, raw: bytes) -> str | None:
     elif kind == "loaded":
         outcome.loaded = True
     elif kind == "case" and isinstance(message.get("case"), int) and "ended" not in message:
+        message["seconds"] = round(seconds, 3)  # the parent's clock, whatever the child said
         outcome.messages.append(message)
     elif kind != "done":
         return None

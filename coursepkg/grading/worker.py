@@ -14,11 +14,12 @@ process, which the child never sees.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import os
 from dataclasses import asdict
 
-from coursepkg.checks.core import Case, exception_name, get_task, student_output
+from coursepkg.checks.core import TASKS, Case, exception_name, get_task, student_output
 from coursepkg.checks.forbidden import Tripwire
 from coursepkg.grading.isolation import enter_isolation
 
@@ -69,9 +70,10 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
         sender.send_bytes(data)
 
     try:
+        request = json.loads(request_json)
+        _register(request)
         isolation = enter_isolation(limits, workdir, hide, uid)
         send({"kind": "isolation", "value": asdict(isolation)})
-        request = json.loads(request_json)
         task = get_task(request["task"])
         tripwire = Tripwire(task)
         namespace: dict = {"__name__": "__submission__", "__builtins__": __builtins__}
@@ -106,6 +108,14 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
             sender.send_bytes(b'{"kind": "done"}')
         finally:
             os._exit(0)  # no atexit handlers, no waiting for the submission's threads
+
+
+def _register(request: dict) -> None:
+    """Import the module of a task that ``coursepkg.checks`` does not register (a test's own
+    task), before isolation and before any student code: the request is the parent's."""
+    module = request.get("module")
+    if request["task"] not in TASKS and module:
+        importlib.import_module(module)
 
 
 def _memory_or(exc: BaseException) -> str:
