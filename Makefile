@@ -37,7 +37,8 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
 	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
-	@echo "make bench      run every benchmark into benchmarks/results/ (about 25 minutes on 2 idle cores;"
+	@echo "                and write its class report, grade-demo/graded/report.html"
+	@echo "make bench      run every benchmark into benchmarks/results/ (about 35 minutes on 2 idle cores;"
 	@echo "                BENCH_FLAGS=--quick for a smoke run whose results git ignores)"
 	@echo "make bench-long train the LSTM and a larger Transformer $(LONG_MINUTES) minutes each, side by side"
 	@echo "                (chapter 7's long-budget table; LONG_MINUTES=...)"
@@ -105,6 +106,7 @@ ASSIGNMENT ?= 01_ngrams
 grade-demo: $(STAMP)
 	rm -rf grade-demo
 	$(BIN)/coursepkg grade-demo $(ASSIGNMENT) --dir grade-demo
+	$(BIN)/coursepkg report grade-demo/graded
 
 # Speed measurements (never tests): each script prints its table and writes its JSON to
 # benchmarks/results/ (the appendix page reads them). Run on an otherwise idle machine.
@@ -112,7 +114,7 @@ grade-demo: $(STAMP)
 # GRADER_FLAGS= compares the complete notebooks (about 5 minutes more).
 BENCH_FLAGS ?=
 GRADER_FLAGS ?= --lean
-BENCHMARKS := ngram layers training scaling grader course
+BENCHMARKS := ngram layers training scaling grader course tokenize
 bench: $(STAMP) $(WEB)
 	@all=$$(date +%s); for name in $(BENCHMARKS); do \
 	  flags="$(BENCH_FLAGS)"; [ $$name = grader ] && flags="$$flags $(GRADER_FLAGS)"; \

@@ -8,6 +8,9 @@ Subcommands:
 - ``coursepkg grade ASSIGNMENT SUBMISSION... --out DIR [--secret FILE] [--tests PATH]``: grade
   notebooks (see `coursepkg.grading`); ``coursepkg grade-demo`` grades a generated demo batch.
 - ``coursepkg secret FILE``: write a new instructor's secret (the hidden cases come from it).
+- ``coursepkg validate NOTEBOOK``: a student's notebook graded the grader's way on the public
+  cases (exit 1 if one fails); ``coursepkg report DIR``: the class report page of a graded folder;
+  ``coursepkg export {canvas,moodle} DIR``: its grades in an LMS's import format.
 - ``coursepkg --version``.
 
 Exit codes: 0 success; 1 the work found a problem (stale exercises, a solution notebook that
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 PROG = "coursepkg"
@@ -272,7 +276,9 @@ def _add_grade_parser(subparsers) -> None:
         type=float,
         default=20.0,
         metavar="S",
-        help="seconds per case (20); a task gets at most twice that in all",
+        help="seconds per case (20; a train task's cases get the larger of this and their own "
+        "time limit); a task gets at most twice that in all (a train task: one per case, plus "
+        "one)",
     )
     parser.add_argument(
         "--memory", type=int, default=2048, metavar="MB", help="memory per task in MB (2048)"
@@ -322,6 +328,183 @@ def _add_grade_parser(subparsers) -> None:
     secret.set_defaults(func=_secret)
 
 
+def _validate(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg validate``."""
+    from coursepkg.checks import TASKS
+    from coursepkg.grading import validate
+
+    path = Path(args.notebook)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    if path.suffix != ".ipynb":
+        raise UsageError(f"not a notebook: {path} (give the .ipynb file saved by Jupyter)")
+    known = sorted({task.assignment for task in TASKS.values()})
+    assignment = args.assignment or validate.infer_assignment(path)
+    if assignment is None:
+        raise UsageError(
+            f"cannot tell which exercise set {path.name} is: pass --assignment (one of "
+            f"{', '.join(known)})"
+        )
+    if assignment not in known:
+        raise UsageError(f"unknown assignment {assignment!r}; known: {', '.join(known)}")
+    record = validate.validate(path, assignment)
+    print("\n".join(validate.report_lines(record, path, assignment)))
+    return 0 if validate.all_passed(record) else 1
+
+
+def _add_validate_parser(subparsers) -> None:
+    """Register ``coursepkg validate``."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="check a notebook the way the grader will, before handing it in",
+        description=textwrap.fill((
+            "Grade NOTEBOOK on the public tests exactly as 'coursepkg grade' does: only its "
+            "imports, functions, classes and constant assignments are kept, and each task runs "
+            "in a fresh, isolated process with the forbidden-call and input checks. Prints one "
+            "line per task (points and the grader's status) and every case that did not pass. "
+            "Exit code: 0 every public test passes, 1 one does not (or the notebook cannot be "
+            "graded), 2 a usage mistake. Hidden tests run only when your instructor grades."
+        ), 79),
+        epilog=_assignments_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("notebook", metavar="NOTEBOOK", help="your exercise notebook (.ipynb)")
+    parser.add_argument(
+        "--assignment",
+        metavar="STEM",
+        help="the exercise set, e.g. 01_ngrams (default: from the notebook's metadata or name)",
+    )
+    parser.set_defaults(func=_validate)
+
+
+def _report(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg report``."""
+    from coursepkg.grading.graded import GradedError
+    from coursepkg.grading.report import write_report
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir():
+        raise UsageError(f"--out {out}: is a folder; give a file name such as report.html")
+    try:
+        target = write_report(Path(args.graded), out)
+    except GradedError as error:
+        raise UsageError(str(error)) from None
+    print(f"wrote {target}")
+    return 0
+
+
+def _add_report_parser(subparsers) -> None:
+    """Register ``coursepkg report``."""
+    parser = subparsers.add_parser(
+        "report",
+        help="write the class report (one offline HTML page) of a graded folder",
+        description=(
+            "Read GRADED_DIR (the --out folder of 'coursepkg grade': grades.csv, results/, "
+            "feedback/, log.jsonl) and write one self-contained HTML page: histograms of the "
+            "total and of each task, status counts, the pass rate of each public and hidden "
+            "case, the most common failure messages per task, and the leaderboard when the "
+            "results carry a capstone metric. The same folder gives the same bytes."
+        ),
+    )
+    parser.add_argument("graded", metavar="GRADED_DIR", help="the folder 'coursepkg grade' wrote")
+    parser.add_argument("--out", metavar="FILE.html", help="the page (GRADED_DIR/report.html)")
+    parser.set_defaults(func=_report)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg export``."""
+    from coursepkg.grading import export
+    from coursepkg.grading.graded import GradedError, read_graded
+    from coursepkg.grading.reporting import atomic_write
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise UsageError(f"--out {out}: is a folder; give a file name such as grades-canvas.csv")
+    if args.lms == "moodle" and args.assignment_id:
+        raise UsageError("--assignment-id is for Canvas; Moodle maps the column to a grade item")
+    if args.lms == "canvas" and args.match:
+        raise UsageError("--match is for Moodle; Canvas matches on the ID and SIS columns")
+    try:
+        graded = read_graded(Path(args.graded), details=False)
+        roster = export.read_roster(Path(args.roster))
+        if args.lms == "canvas":
+            result = export.canvas_csv(
+                graded, roster, args.assignment_name, args.assignment_id, roster_path=args.roster
+            )
+        else:
+            result = export.moodle_csv(
+                graded, roster, args.assignment_name, args.match or "email",
+                roster_path=args.roster,
+            )
+    except (GradedError, export.RosterError) as error:
+        raise UsageError(str(error)) from None
+    atomic_write(out, result.text)
+    print(f"wrote {out}: {len(result.exported)} grade{'s' * (len(result.exported) != 1)} "
+          f"for {args.lms.capitalize()}")
+    if result.no_submission:
+        print(f"{PROG} export: no submission from {', '.join(result.no_submission)} (their "
+              "cells are empty, not 0)", file=sys.stderr)
+    if result.not_in_roster:
+        print(f"{PROG} export: not in the roster, so not exported: "
+              f"{', '.join(result.not_in_roster)} (add them to {args.roster} with their LMS "
+              "identity and export again)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _roster_text() -> str:
+    """The roster's columns, for ``export --help``."""
+    from coursepkg.grading.export import ROSTER_COLUMNS
+
+    lines = ["roster (a CSV file with a header; 'student' required, the rest as your LMS needs):"]
+    lines += [f"  {name:<13} {text}" for name, text in ROSTER_COLUMNS.items()]
+    lines += [
+        "Canvas needs canvas_id, sis_user_id or sis_login_id on every row (copy them from "
+        "Canvas's",
+        "Gradebook export); Moodle needs the --match column (email by default).",
+        "Exit code: 0 exported; 1 some graded students are not in the roster (the file is "
+        "written",
+        "without them; they are listed); 2 a usage mistake or a bad folder or roster.",
+    ]
+    return "\n".join(lines)
+
+
+def _add_export_parser(subparsers) -> None:
+    """Register ``coursepkg export``."""
+    parser = subparsers.add_parser(
+        "export",
+        help="write the grades of a graded folder in Canvas's or Moodle's import format",
+        description=textwrap.fill((
+            "Write the totals of GRADED_DIR (its grades.csv) as a CSV file that Canvas "
+            "(Grades > Import) or Moodle (Grades > Import > CSV file) imports, one row per "
+            "roster student in the roster's order. A roster student without a submission gets "
+            "an empty cell (not 0) and is listed on stderr; a graded student the roster does "
+            "not list is listed and left out."
+        ), 79),
+        epilog=_roster_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("lms", choices=["canvas", "moodle"], help="the LMS's format")
+    parser.add_argument("graded", metavar="GRADED_DIR", help="the folder 'coursepkg grade' wrote")
+    parser.add_argument("--roster", required=True, metavar="ROSTER.csv",
+                        help="grader ids -> LMS identities (columns below)")
+    parser.add_argument("--assignment-name", required=True, metavar="NAME",
+                        help="the assignment's name in the LMS (the grade column's header)")
+    parser.add_argument("--out", required=True, metavar="FILE.csv", help="the file to write")
+    parser.add_argument(
+        "--assignment-id",
+        metavar="ID",
+        help="Canvas: the assignment's id (in its URL); the column becomes 'NAME (ID)', so "
+        "Canvas updates that assignment",
+    )
+    parser.add_argument(
+        "--match",
+        choices=sorted(("email", "idnumber", "username")),
+        help="Moodle: the user field to match on (email)",
+    )
+    parser.set_defaults(func=_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from coursepkg import __version__
@@ -331,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_author_parser(subparsers)
     _add_grade_parser(subparsers)
+    _add_validate_parser(subparsers)
+    _add_report_parser(subparsers)
+    _add_export_parser(subparsers)
     return parser
 
 

@@ -22,4 +22,9 @@ Untrusted side (inside each child):
 ``sandbox`` and ``worker`` do not import each other: the grader hands the worker's entry point
 to the sandbox. :mod:`.preload` and :mod:`.frozen` are the fork server's first and last imports
 (torch on one thread; the server's heap frozen, so that children do not copy it).
+
+Around the grader (the instructor's week): :mod:`.validate` (``coursepkg validate``: one
+notebook through :func:`.grader.grade` on the public cases, for the student before handing in);
+:mod:`.graded` reads a graded folder back from its published files, for :mod:`.report` (the
+class report page) and :mod:`.export` (Canvas's and Moodle's gradebook import files).
 """
