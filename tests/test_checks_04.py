@@ -2,7 +2,10 @@
 
 ``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
 implementations that must get full marks and those that must lose points with the hint naming
-their mistake; the tests here are what only this chapter's checks do.
+their mistake; the tests here are what only this chapter's checks do: the local mask's window
+edge, padding rows and batch; the debug task's every combination of bugs; the train task's
+bands (the reference on three seeds, an untrained model, one trained on another task); the
+questions' keys.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from checks_support import Chapter, all_cases, check_output, forged_pairs, hidde
 
 from coursepkg import checks
 from coursepkg import self_attention as sa
-from coursepkg.checks import attention_mistakes as bank
 from coursepkg.checks import ch04_self_attention as ch04
+from coursepkg.checks.core import student_args
 
-TASK_IDS = ("4.1", "4.2", "4.3", "4.4")
+TASK_IDS = ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7")
 NEG_INF = float("-inf")
 
 
@@ -47,103 +50,97 @@ def qkv_scores_scaled_queries(x, w_q, w_k, w_v):
     return q, k, v, torch.bmm(q / w_q.shape[0] ** 0.5, k.mT)
 
 
-def scaled_dot_product_attention(q, k, v, mask=None):
+def local_mask(keep, window):
     """The notebook's solution."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+    T = keep.shape[1]
+    t = torch.arange(T)[:, None]
+    s = torch.arange(T)[None, :]
+    inside = (s <= t) & (s > t - window)
+    real = inside & keep[:, None, :] & keep[:, :, None]
+    return real | (torch.eye(T, dtype=torch.bool) & ~keep[:, :, None])
 
 
-def sdpa_where_stable_softmax(q, k, v, mask=None):
-    """torch.where with -inf, .mT, a softmax by hand that subtracts each row's maximum."""
-    scores = (q @ k.mT) / q.shape[-1] ** 0.5
-    if mask is not None:
-        scores = torch.where(mask, scores, torch.tensor(NEG_INF, dtype=scores.dtype))
-    exps = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
-    weights = exps / exps.sum(dim=-1, keepdim=True)
-    return torch.matmul(weights, v), weights
+def local_mask_loops(keep, window):
+    """Entry by entry, from lists."""
+    B, T = keep.shape
+    rows = []
+    for b in range(B):
+        rows.append([[bool(keep[b, s]) and t - window < s <= t if keep[b, t] else s == t
+                      for s in range(T)] for t in range(T)])
+    return torch.tensor(rows, dtype=torch.bool)
 
 
-def sdpa_additive_einsum(q, k, v, mask=None):
-    """einsum over any leading dims, the boolean mask turned into an additive 0 / -inf one."""
-    scores = torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(k.shape[-1])
-    if mask is not None:
-        scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
-    weights = F.softmax(scores, dim=-1)
-    return torch.einsum("...ts,...sv->...tv", weights, v), weights
+def local_mask_triangles(keep, window):
+    """Two triangles of ones, torch.where for the padding queries."""
+    B, T = keep.shape
+    ones = torch.ones(T, T, dtype=torch.bool)
+    band = ones.tril() & ~ones.tril(-window)
+    allowed = band.expand(B, T, T) & keep.unsqueeze(1)
+    alone = torch.eye(T, dtype=torch.bool).expand(B, T, T)
+    return torch.where(keep.unsqueeze(-1), allowed, alone)
 
 
-def sdpa_finfo_min(q, k, v, mask=None):
-    """The most negative finite number of the dtype: exp of it minus any real score is 0."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), torch.finfo(scores.dtype).min)
-    weights = scores.softmax(-1)
-    return weights @ v, weights
+def causal_self_attention(x, w_q, w_k, w_v):
+    """The notebook's solution: the starter code with its four bugs fixed."""
+    def allowed(T):
+        return torch.ones(T, T, dtype=torch.bool).tril()
 
-
-def sdpa_renormalised(q, k, v, mask=None):
-    """Mask after the softmax, then renormalise: the same weights when nothing underflows."""
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-    if mask is not None:
-        weights = weights * mask
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights @ v, weights
-
-
-def causal_mask(T):
-    """The notebook's solution."""
-    return torch.ones(T, T, dtype=torch.bool).tril()
-
-
-def causal_mask_compare(T):
-    """Key index <= query index."""
-    positions = torch.arange(T)
-    return positions[None, :] <= positions[:, None]
-
-
-def causal_mask_loop(T):
-    """Row by row, from a list of lists."""
-    return torch.tensor([[s <= t for s in range(T)] for t in range(T)])
-
-
-def self_attention(x, w_q, w_k, w_v, causal=False):
-    """The notebook's solution, with this file's functions."""
     q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
-    mask = causal_mask(x.shape[1]) if causal else None
-    return scaled_dot_product_attention(q, k, v, mask)
-
-
-def self_attention_inline(x, w_q, w_k, w_v, causal=False):
-    """Everything written out; the future hidden with triu(1) of a full mask."""
-    _, T, _ = x.shape
-    q, k, v = F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
-    scores = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(w_k.shape[0])
-    if causal:
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(future, NEG_INF)
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
-def self_attention_from_scores(x, w_q, w_k, w_v, causal=False):
-    """Task 4.1's function, then the mask and the softmax."""
-    _, _, v, scores = qkv_scores(x, w_q, w_k, w_v)
-    if causal:
-        scores = scores.masked_fill(~causal_mask_compare(x.shape[1]), NEG_INF)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed(x.shape[1]), NEG_INF)
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
+
+
+def causal_self_attention_einsum(x, w_q, w_k, w_v):
+    """F.linear, einsum, an additive mask of -inf above the diagonal."""
+    T = x.shape[1]
+    q, k, v = F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
+    scores = torch.einsum("btd,bsd->bts", q, k) * w_k.shape[0] ** -0.5
+    future = torch.full((T, T), NEG_INF, dtype=x.dtype).triu(1)
+    weights = F.softmax(scores + future, dim=-1)
+    return torch.einsum("bts,bsv->btv", weights, v), weights
+
+
+def train_recall(tokens, targets, seed):
+    """The notebook's solution: Adam, minibatches of 64, 200 steps, the state_dict returned."""
+    torch.manual_seed(seed)
+    model = ch04.RecallModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(200):
+        rows = torch.randint(0, len(targets), (64,))
+        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def train_recall_epochs(tokens, targets, seed):
+    """Written differently: whole epochs over a shuffled order, AdamW, the module returned."""
+    generator = torch.Generator().manual_seed(seed + 7)
+    torch.manual_seed(seed + 7)
+    model = ch04.RecallModel()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.005, weight_decay=0.0)
+    for _ in range(6):
+        for rows in torch.randperm(len(targets), generator=generator).split(100):
+            optimizer.zero_grad()
+            F.cross_entropy(model(tokens[rows]), targets[rows]).backward()
+            optimizer.step()
+    return model
 
 
 CORRECT = {
     "4.1": [ch04.qkv_scores, qkv_scores, qkv_scores_linear_einsum, qkv_scores_scaled_queries],
-    "4.2": [sa.scaled_dot_product_attention, scaled_dot_product_attention,
-            sdpa_where_stable_softmax, sdpa_additive_einsum, sdpa_finfo_min, sdpa_renormalised],
-    "4.3": [sa.causal_mask, causal_mask, causal_mask_compare, causal_mask_loop],
-    "4.4": [ch04.self_attention, self_attention, self_attention_inline,
-            self_attention_from_scores],
+    "4.2": [ch04.local_mask, local_mask, local_mask_loops, local_mask_triangles],
+    "4.3": [ch04.causal_self_attention, causal_self_attention, causal_self_attention_einsum],
+    # The train task and the questions: the second correct implementations are tested below
+    # (their check report has a time, or no hidden tests' line, which the common test of the
+    # report does not expect).
+    "4.4": [ch04.train_recall, train_recall],
+    "4.5": [checks.get_task("4.5").reference],
+    "4.6": [checks.get_task("4.6").reference],
+    "4.7": [checks.get_task("4.7").reference],
 }
 
 
@@ -222,210 +219,182 @@ def qkv_qt_k(x, w_q, w_k, w_v):
     return q, k, v, q.transpose(-2, -1) @ k / math.sqrt(q.shape[-1])
 
 
-def _scores(q, k):
-    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
-def _finish(scores, v):
-    weights = torch.softmax(scores, dim=-1)
+# Task 4.2: masks with one mistake (keep (B, T), window W)
+
+
+def _band(T, low, high):
+    t = torch.arange(T)[:, None]
+    s = torch.arange(T)[None, :]
+    return (t - s >= low) & (t - s <= high)
+
+
+def _padded(band, keep):
+    T = keep.shape[1]
+    return (band & keep[:, None, :] & keep[:, :, None]) | (
+        torch.eye(T, dtype=torch.bool) & ~keep[:, :, None])
+
+
+def local_one_too_wide(keep, window):
+    return _padded(_band(keep.shape[1], 0, window), keep)
+
+
+def local_one_too_narrow(keep, window):
+    return _padded(_band(keep.shape[1], 0, window - 2), keep)
+
+
+def local_centred(keep, window):
+    return _padded(_band(keep.shape[1], 1 - window, window - 1), keep)
+
+
+def local_into_the_future(keep, window):
+    return _padded(_band(keep.shape[1], 1 - window, 0), keep)
+
+
+def local_no_window(keep, window):
+    return _padded(torch.ones(keep.shape[1], keep.shape[1], dtype=torch.bool).tril(), keep)
+
+
+def local_padding_ignored(keep, window):
+    B, T = keep.shape
+    return _band(T, 0, window - 1).expand(B, T, T).clone()
+
+
+def local_padding_on_queries(keep, window):
+    return _band(keep.shape[1], 0, window - 1) & keep[:, :, None]
+
+
+def local_empty_padding_rows(keep, window):
+    return _band(keep.shape[1], 0, window - 1) & keep[:, None, :] & keep[:, :, None]
+
+
+def local_padding_rows_see_their_window(keep, window):
+    return _band(keep.shape[1], 0, window - 1) & keep[:, None, :]
+
+
+def local_first_sequence_for_all(keep, window):
+    return _padded(_band(keep.shape[1], 0, window - 1), keep[:1].expand_as(keep))
+
+
+def local_lengths_only(keep, window):
+    T = keep.shape[1]
+    right = torch.arange(T)[None, :] < keep.sum(dim=1, keepdim=True)
+    return _padded(_band(T, 0, window - 1), right)
+
+
+def local_inverted(keep, window):
+    return ~local_mask(keep, window)
+
+
+def local_as_floats(keep, window):
+    return local_mask(keep, window).float()
+
+
+def local_additive(keep, window):
+    return torch.zeros(keep.shape[0], keep.shape[1], keep.shape[1]).masked_fill(
+        ~local_mask(keep, window), NEG_INF)
+
+
+def local_without_batch(keep, window):
+    return _band(keep.shape[1], 0, window - 1)
+
+
+# Task 4.3: the starter code with some of its bugs left, and other slips
+
+
+def _buggy(x, w_q, w_k, w_v, bugs, *, diagonal=None, inverted=False, scale=None):
+    """The starter code with ``bugs`` left (the checks' own copy is forbidden to students)."""
+    T = x.shape[1]
+    q, k = x @ w_q.T, x @ w_k.T
+    v = x @ (w_k if "values" in bugs else w_v).T
+    if scale is None:
+        scale = q.shape[-1] if "scale" in bugs else math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) / scale
+    if diagonal is None:
+        diagonal = 1 if "leak" in bugs else 0
+    allowed = torch.ones(T, T, dtype=torch.bool).tril(diagonal)
+    scores = scores.masked_fill(allowed if inverted else ~allowed, NEG_INF)
+    weights = torch.softmax(scores, dim=1 if "softmax" in bugs else -1)
     return weights @ v, weights
 
 
-def sdpa_no_scale(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    return _finish(scores if mask is None else scores.masked_fill(~mask, NEG_INF), v)
+def with_bugs(*bugs, **other):
+    def f(x, w_q, w_k, w_v):
+        return _buggy(x, w_q, w_k, w_v, bugs, **other)
+
+    f.__name__ = "bugs_" + "_".join(bugs) if bugs else "other_" + "_".join(other)
+    return f
 
 
-def sdpa_sqrt_d_v(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
-    return _finish(scores if mask is None else scores.masked_fill(~mask, NEG_INF), v)
+debug_values_by_w_k = with_bugs("values")
+debug_divides_by_d_k = with_bugs("scale")
+debug_leaks_the_next_token = with_bugs("leak")
+debug_softmax_over_the_queries = with_bugs("softmax")
+debug_scale_and_leak = with_bugs("scale", "leak")
+debug_untouched = with_bugs("values", "scale", "leak", "softmax")
+debug_hides_the_diagonal = with_bugs(diagonal=-1)
+debug_mask_inverted = with_bugs(inverted=True)
 
 
-def sdpa_softmax_over_queries(q, k, v, mask=None):
-    scores = _scores(q, k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    weights = torch.softmax(scores, dim=-2)
-    return weights @ v, weights
+def debug_sqrt_d_model(x, w_q, w_k, w_v):
+    return _buggy(x, w_q, w_k, w_v, (), scale=math.sqrt(x.shape[-1]))
 
 
-def sdpa_softmax_dim_1(q, k, v, mask=None):
-    scores = _scores(q, k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    weights = torch.softmax(scores, dim=1)
-    return weights @ v, weights
-
-
-def sdpa_mask_inverted(q, k, v, mask=None):
-    scores = _scores(q, k)
-    return _finish(scores if mask is None else scores.masked_fill(mask, NEG_INF), v)
-
-
-def sdpa_mask_with_zero(q, k, v, mask=None):
-    scores = _scores(q, k)
-    return _finish(scores if mask is None else scores * mask, v)
-
-
-def sdpa_mask_minus_1e9(q, k, v, mask=None):
-    """The Annotated Transformer's fill value."""
-    scores = _scores(q, k)
-    return _finish(scores if mask is None else scores.masked_fill(mask == 0, -1e9), v)
-
-
-def sdpa_mask_minus_1e4(q, k, v, mask=None):
-    scores = _scores(q, k)
-    return _finish(scores if mask is None else scores.masked_fill(~mask, -10000.0), v)
-
-
-def sdpa_mask_after_softmax(q, k, v, mask=None):
-    weights = torch.softmax(_scores(q, k), dim=-1)
-    if mask is not None:
-        weights = weights * mask
-    return weights @ v, weights
-
-
-def sdpa_mask_times_inf(q, k, v, mask=None):
-    scores = _scores(q, k)
-    if mask is not None:
-        scores = scores * mask + (~mask) * NEG_INF
-    return _finish(scores, v)
-
-
-def sdpa_mask_ignored(q, k, v, mask=None):
-    return _finish(_scores(q, k), v)
-
-
-def sdpa_naive_softmax(q, k, v, mask=None):
-    scores = _scores(q, k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    exps = torch.exp(scores)
-    weights = exps / exps.sum(dim=-1, keepdim=True)
-    return weights @ v, weights
-
-
-def sdpa_k_not_transposed(q, k, v, mask=None):
-    scores = q @ k / math.sqrt(q.shape[-1])
-    return _finish(scores if mask is None else scores.masked_fill(~mask, NEG_INF), v)
-
-
-def sdpa_k_dot_t(q, k, v, mask=None):
-    scores = q @ k.T / math.sqrt(q.shape[-1])
-    return _finish(scores if mask is None else scores.masked_fill(~mask, NEG_INF), v)
-
-
-def sdpa_if_mask(q, k, v, mask=None):
-    scores = _scores(q, k)
-    if mask:  # ambiguous for a tensor of several values
-        scores = scores.masked_fill(~mask, NEG_INF)
-    return _finish(scores, v)
-
-
-def sdpa_averages_keys(q, k, v, mask=None):
-    _, weights = scaled_dot_product_attention(q, k, v, mask)
-    return weights @ k, weights
-
-
-def sdpa_returns_weights_first(q, k, v, mask=None):
-    out, weights = scaled_dot_product_attention(q, k, v, mask)
+def debug_returns_weights_first(x, w_q, w_k, w_v):
+    out, weights = causal_self_attention(x, w_q, w_k, w_v)
     return weights, out
 
 
-def sdpa_scale_on_weights(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    weights = torch.softmax(scores, dim=-1) / math.sqrt(q.shape[-1])
-    return weights @ v, weights
+# Task 4.4: trainings that fall short
 
 
-def sdpa_transpose_1_2(q, k, v, mask=None):
-    """Right for (B, T, Dk) inputs only."""
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
-    return _finish(scores if mask is None else scores.masked_fill(~mask, NEG_INF), v)
+def _adam_loop(model, tokens, targets, steps, *, lr=0.01, zero_grad=True, shuffled=False,
+               seed=0):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(0, len(targets), (64,), generator=generator)
+        answers = torch.randint(0, len(targets), (64,), generator=generator) if shuffled else rows
+        loss = F.cross_entropy(model(tokens[rows]), targets[answers])
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
 
 
-def mask_diagonal_hidden(T):
-    return torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)
+def recall_untrained(tokens, targets, seed):
+    torch.manual_seed(seed)
+    return ch04.RecallModel()
 
 
-def mask_upper_triangle(T):
-    return torch.ones(T, T, dtype=torch.bool).triu()
+def recall_trained_on_another_task(tokens, targets, seed):
+    """Trained on sequences whose answer is the first pair's digit."""
+    torch.manual_seed(seed)
+    other = ch04.recall_data(seed + 1, len(targets), answer="first")
+    return _adam_loop(ch04.RecallModel(), *other, 60, seed=seed)
 
 
-def mask_true_on_the_future(T):
-    return torch.triu(torch.ones(T, T), diagonal=1).bool()
+def recall_never_zero_grad(tokens, targets, seed):
+    torch.manual_seed(seed)
+    return _adam_loop(ch04.RecallModel(), tokens, targets, 60, zero_grad=False, seed=seed)
 
 
-def mask_one_ahead(T):
-    positions = torch.arange(T)
-    return positions[None, :] <= positions[:, None] + 1
+def recall_answers_of_other_rows(tokens, targets, seed):
+    """Draws the minibatch's answers apart from its sequences."""
+    torch.manual_seed(seed)
+    return _adam_loop(ch04.RecallModel(), tokens, targets, 60, shuffled=True, seed=seed)
 
 
-def mask_as_floats(T):
-    return torch.ones(T, T).tril()
+def recall_too_few_steps(tokens, targets, seed):
+    torch.manual_seed(seed)
+    return _adam_loop(ch04.RecallModel(), tokens, targets, 25, seed=seed)
 
 
-def mask_additive(T):
-    return torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), NEG_INF)
-
-
-def mask_with_a_batch_dim(T):
-    return torch.ones(1, T, T, dtype=torch.bool).tril()
-
-
-def layer_ignores_causal(x, w_q, w_k, w_v, causal=False):
-    return scaled_dot_product_attention(*_qkv(x, w_q, w_k, w_v))
-
-
-def layer_always_causal(x, w_q, w_k, w_v, causal=False):
-    return scaled_dot_product_attention(*_qkv(x, w_q, w_k, w_v), causal_mask(x.shape[1]))
-
-
-def _layer_with(attend=scaled_dot_product_attention, mask_of=causal_mask):
-    def layer(x, w_q, w_k, w_v, causal=False):
-        mask = mask_of(x.shape[1]) if causal else None
-        return attend(*_qkv(x, w_q, w_k, w_v), mask)
-
-    return layer
-
-
-layer_diagonal_hidden = _layer_with(mask_of=mask_diagonal_hidden)
-layer_diagonal_hidden.__name__ = "layer_diagonal_hidden"
-layer_upper_triangle = _layer_with(mask_of=mask_upper_triangle)
-layer_upper_triangle.__name__ = "layer_upper_triangle"
-layer_no_scale = _layer_with(attend=sdpa_no_scale)
-layer_no_scale.__name__ = "layer_no_scale"
-layer_softmax_over_queries = _layer_with(attend=sdpa_softmax_over_queries)
-layer_softmax_over_queries.__name__ = "layer_softmax_over_queries"
-layer_mask_inverted = _layer_with(attend=sdpa_mask_inverted)
-layer_mask_inverted.__name__ = "layer_mask_inverted"
-layer_future_mask = _layer_with(mask_of=mask_true_on_the_future)
-layer_future_mask.__name__ = "layer_future_mask"
-
-
-def layer_sqrt_d_model(x, w_q, w_k, w_v, causal=False):
-    q, k, v = _qkv(x, w_q, w_k, w_v)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])
-    if causal:
-        scores = scores.masked_fill(~causal_mask(x.shape[1]), NEG_INF)
-    return _finish(scores, v)
-
-
-def layer_values_not_projected(x, w_q, w_k, w_v, causal=False):
-    q, k, _ = _qkv(x, w_q, w_k, w_v)
-    return scaled_dot_product_attention(q, k, x, causal_mask(x.shape[1]) if causal else None)
-
-
-def layer_weights_swapped(x, w_q, w_k, w_v, causal=False):
-    q, k, v = _qkv(x, w_k, w_q, w_v)
-    return scaled_dot_product_attention(q, k, v, causal_mask(x.shape[1]) if causal else None)
-
-
-def layer_weights_not_transposed(x, w_q, w_k, w_v, causal=False):
-    q, k, v = x @ w_q, x @ w_k, x @ w_v
-    return scaled_dot_product_attention(q, k, v, causal_mask(x.shape[1]) if causal else None)
+def recall_returns_the_optimizer_state(tokens, targets, seed):
+    model = recall_too_few_steps(tokens, targets, seed)
+    return {"weights": model.state_dict()}
 
 
 RUNTIME_HINTS = {task_id: checks.get_task(task_id).error_hints.get("RuntimeError")
@@ -448,49 +417,51 @@ WRONG = {
         (qkv_qt_k, ch04.HINT_QT_K),
     ],
     "4.2": [
-        (sdpa_no_scale, ch04.HINT_NO_SCALE),
-        (sdpa_sqrt_d_v, ch04.HINT_SCALE_D_V),
-        (sdpa_softmax_over_queries, ch04.HINT_SOFTMAX_DIM),
-        (sdpa_mask_inverted, ch04.HINT_MASK_INVERTED),
-        (sdpa_mask_with_zero, ch04.HINT_MASK_ZERO),
-        (sdpa_mask_minus_1e9, ch04.HINT_MASK_FINITE),
-        (sdpa_mask_minus_1e4, ch04.HINT_MASK_FINITE),
-        (sdpa_mask_after_softmax, ch04.HINT_MASK_AFTER_SOFTMAX),
-        (sdpa_mask_times_inf, ch04.HINT_MASK_NAN),
-        (sdpa_mask_ignored, ch04.HINT_MASK_IGNORED),
-        (sdpa_naive_softmax, ch04.HINT_SOFTMAX_OVERFLOW),
-        (sdpa_k_not_transposed, ch04.HINT_K_NOT_TRANSPOSED),
-        (sdpa_k_dot_t, RUNTIME_HINTS["4.2"]),
-        (sdpa_if_mask, "'if mask is not None:'"),
-        (sdpa_averages_keys, ch04.HINT_OUT_KEYS),
-        (sdpa_returns_weights_first, ch04.HINT_PAIR_ORDER),
-        (sdpa_scale_on_weights, ch04.HINT_SCALE_ON_WEIGHTS),
+        (local_one_too_wide, ch04.HINT_LOCAL_WIDE),
+        (local_one_too_narrow, ch04.HINT_LOCAL_NARROW),
+        (local_centred, ch04.HINT_LOCAL_SYMMETRIC),
+        (local_into_the_future, ch04.HINT_LOCAL_FUTURE),
+        (local_no_window, ch04.HINT_LOCAL_NO_WINDOW),
+        (local_padding_ignored, ch04.HINT_LOCAL_PADDING_IGNORED),
+        (local_padding_on_queries, ch04.HINT_LOCAL_PADDING_QUERIES),
+        (local_empty_padding_rows, ch04.HINT_LOCAL_EMPTY_ROWS),
+        (local_padding_rows_see_their_window, ch04.HINT_LOCAL_PADDING_ROWS),
+        (local_first_sequence_for_all, ch04.HINT_LOCAL_FIRST_ROW),
+        (local_lengths_only, ch04.HINT_LOCAL_LENGTHS),
+        (local_inverted, ch04.HINT_LOCAL_INVERTED),
+        (local_as_floats, ch04.HINT_MASK_BOOL),
+        (local_additive, ch04.HINT_MASK_ADDITIVE),
+        (local_without_batch, ch04.HINT_LOCAL_SHAPE),
     ],
     "4.3": [
-        (mask_diagonal_hidden, ch04.HINT_CAUSAL_DIAGONAL),
-        (mask_upper_triangle, ch04.HINT_CAUSAL_UPPER),
-        (mask_true_on_the_future, ch04.HINT_CAUSAL_INVERTED),
-        (mask_one_ahead, ch04.HINT_CAUSAL_ONE_AHEAD),
-        (mask_as_floats, ch04.HINT_MASK_BOOL),
-        (mask_additive, ch04.HINT_MASK_ADDITIVE),
-        (mask_with_a_batch_dim, ch04.HINT_MASK_SHAPE),
+        (debug_values_by_w_k, ch04.HINT_DEBUG_VALUES),
+        (debug_divides_by_d_k, ch04.HINT_DEBUG_SCALE),
+        (debug_leaks_the_next_token, ch04.HINT_DEBUG_LEAK),
+        (debug_softmax_over_the_queries, ch04.HINT_DEBUG_SOFTMAX),
+        (debug_scale_and_leak, ch04.debug_hint(frozenset({"scale", "leak"}))),
+        (debug_hides_the_diagonal, ch04.HINT_DEBUG_DIAGONAL),
+        (debug_mask_inverted, ch04.HINT_DEBUG_INVERTED),
+        (debug_sqrt_d_model, ch04.HINT_DEBUG_D_MODEL),
+        (debug_returns_weights_first, ch04.HINT_PAIR_ORDER),
     ],
     "4.4": [
-        (layer_ignores_causal, ch04.HINT_CAUSAL_IGNORED),
-        (layer_always_causal, ch04.HINT_ALWAYS_CAUSAL),
-        (layer_diagonal_hidden, f"{ch04.HINT_LAYER_MASK_WRONG} {ch04.HINT_CAUSAL_DIAGONAL}"),
-        (layer_upper_triangle, f"{ch04.HINT_LAYER_MASK_WRONG} {ch04.HINT_CAUSAL_UPPER}"),
-        (layer_no_scale, f"{ch04.HINT_LAYER_ATTENTION_WRONG} {ch04.HINT_NO_SCALE}"),
-        (layer_softmax_over_queries,
-         f"{ch04.HINT_LAYER_ATTENTION_WRONG} {ch04.HINT_SOFTMAX_DIM}"),
-        (layer_mask_inverted, ch04.HINT_LAYER_MASK_INVERTED),
-        (layer_future_mask, ch04.HINT_LAYER_MASK_INVERTED),
-        (layer_sqrt_d_model, ch04.HINT_SCALE_D_MODEL),
-        (layer_values_not_projected, ch04.HINT_VALUES_NOT_PROJECTED),
-        (layer_weights_swapped, ch04.HINT_WQ_WK_SWAPPED),
-        (layer_weights_not_transposed, ch04.HINT_NOT_TRANSPOSED_W),
+        (recall_untrained, ch04.HINT_RECALL_UNTRAINED),
+        (recall_trained_on_another_task, ch04.HINT_RECALL_TRAIN),
+        (recall_never_zero_grad, ch04.HINT_RECALL_TRAIN),
+        (recall_answers_of_other_rows, ch04.HINT_RECALL_UNTRAINED),
+        (recall_too_few_steps, ch04.HINT_RECALL_PARTIAL),
+        (recall_returns_the_optimizer_state, "the state_dict lacks"),
     ],
+    "4.5": [(lambda: 144, ch04.HINT_Q_CAUSAL_ALL), (lambda: 66, ch04.HINT_Q_CAUSAL_DIAGONAL),
+            (lambda: 72, ch04.HINT_Q_CAUSAL), (lambda: 78.0, "a whole number")],
+    "4.6": [(lambda: 48, ch04.HINT_Q_LOCAL_FULL), (lambda: 78, ch04.HINT_Q_LOCAL_CAUSAL),
+            (lambda: 40, ch04.HINT_Q_LOCAL)],
+    "4.7": [(lambda: "the diagonal only", ch04.HINT_Q_JACOBIAN_DIAGONAL),
+            (lambda: "none of them", ch04.HINT_Q_JACOBIAN_NONE),
+            (lambda: "all but the diagonal", ch04.HINT_Q_JACOBIAN_OFF),
+            (lambda: "all", "one of the choices")],
 }
+
 
 def stub(*args):
     raise NotImplementedError("Task 4.1: write qkv_scores")
@@ -502,36 +473,33 @@ def stub(*args):
 
 CHAPTER = Chapter(
     assignment="04_self_attention",
-    tasks={"4.1": ("qkv_scores", 3, 7), "4.2": ("scaled_dot_product_attention", 7, 13),
-           "4.3": ("causal_mask", 2, 6), "4.4": ("self_attention", 3, 7)},
+    tasks={"4.1": ("qkv_scores", 3, 7), "4.2": ("local_mask", 4, 9),
+           "4.3": ("causal_self_attention", 3, 6), "4.4": ("train_recall", 3, 6),
+           "4.5": ("causal_scores_kept", 1, 1), "4.6": ("local_scores_kept", 1, 1),
+           "4.7": ("saturated_jacobian_zeros", 1, 1)},
     hints=ch04,
     correct=CORRECT,
     wrong=WRONG,
     stub=stub,
-    min_public=2,
-    min_hidden=4,
-    public_points=(2, 7),
-    forbidden=("coursepkg.self_attention", "coursepkg.checks",
-               "torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention"),
-    package="coursepkg.self_attention",
+    min_public=1,
+    min_hidden=1,
+    public_points=(1, 4),
+    forbidden=(),
+    package="coursepkg.lm",  # the train task runs coursepkg.self_attention in RecallModel
     not_finite_hint=ch04.HINT_NOT_FINITE,
     failure_reports=(
-        ("4.2", sdpa_mask_minus_1e9, "Task 4.2 scaled_dot_product_attention: 6/7 points",
-         ("  FAIL  [0/1] scores from -8e3 down to -1.7e10, causal mask: masked keys must get "
-          "0: " + ch04.HINT_MASK_FINITE,)),
-        ("4.3", mask_diagonal_hidden, "Task 4.3 causal_mask: 0/2 points",
-         ("  FAIL  [0/1] T = 4: " + ch04.HINT_CAUSAL_DIAGONAL,)),
-        ("4.2", sdpa_mask_with_zero, "Task 4.2 scaled_dot_product_attention: 2/7 points",
-         (ch04.HINT_MASK_ZERO,)),
+        ("4.2", local_empty_padding_rows, "Task 4.2 local_mask: 1/4 points",
+         ("  FAIL  [0/1] right padding (lengths 6 and 4), a window of 2: "
+          + ch04.HINT_LOCAL_EMPTY_ROWS,)),
+        ("4.3", debug_untouched, "Task 4.3 causal_self_attention: 0/3 points",
+         (ch04.PREFIX_DEBUG_SEVERAL,)),
+        ("4.1", qkv_no_scale, "Task 4.1 qkv_scores: 0/3 points", (ch04.HINT_NO_SCALE,)),
     ),
-    typed=("4.1", "4.2", "4.4"),  # a causal mask is a function of T alone
-    seeded=("4.1", "4.2", "4.4"),
-    scalar_inputs=("4.3",),
-    exact_results=("4.3",),
-    more_hints=frozenset(
-        {f"{ch04.HINT_LAYER_ATTENTION_WRONG} {hint}" for hint, _ in bank.attention_mistakes()}
-        | {f"{ch04.HINT_LAYER_MASK_WRONG} {hint}" for hint, _ in bank.CAUSAL_MISTAKES}),
-    more_hidden_funcs=(sdpa_transpose_1_2,),
+    typed=("4.1", "4.3"),
+    seeded=("4.1", "4.3", "4.4"),
+    scalar_inputs=("4.5", "4.6", "4.7"),
+    exact_results=("4.2", "4.4", "4.5", "4.6", "4.7"),
+    more_hints=frozenset(ch04.debug_hint(bugs) for bugs in ch04.BUG_SETS),
     # where the widths differ, an untransposed key or weight matrix crashes: the error's hint
     # names the shapes
     crashes_excused=True,
@@ -539,27 +507,22 @@ CHAPTER = Chapter(
         ("4.1", lambda *a: qkv_scores(*a)[3],
          "expected a tuple of 4 (q, k, v, scores), got Tensor"),
         ("4.1", lambda *a: qkv_scores(*a)[:3], "got a tuple of 3"),
-        ("4.2", lambda *a: scaled_dot_product_attention(*a)[0],
+        ("4.2", lambda *a: local_mask(*a).tolist(),
+         "expected the mask as a torch.Tensor, got list"),
+        ("4.2", lambda *a: local_mask(*a).to(torch.complex64), "got dtype torch.complex64"),
+        ("4.3", lambda *a: causal_self_attention(*a)[0],
          "expected a pair (out, weights), got Tensor"),
-        ("4.2", lambda *a: [t.tolist() for t in scaled_dot_product_attention(*a)],
-         "expected out as a torch.Tensor, got list"),
-        ("4.3", lambda T: causal_mask(T).tolist(), "expected the mask as a torch.Tensor, got list"),
-        ("4.3", lambda T: None, "got NoneType"),
-        ("4.3", lambda T: causal_mask(T).to(torch.complex64), "got dtype torch.complex64"),
-        ("4.4", lambda *a: self_attention(*a)[0], "expected a pair (out, weights), got Tensor"),
+        ("4.4", lambda *a: [1.0], "expected the trained model or its state_dict(), got list"),
+        ("4.5", lambda: "78", "a whole number (an int), got a str"),
+        ("4.7", lambda: 1, "one of the choices, as a string"),
     ),
-    hidden_type_hints={
-        "4.3": "Return a (T, T) torch.bool tensor, True where query t may attend to key s."},
     forged={
-        "4.2": lambda good: forged_pairs(good, [2, 3, 5], 36),
-        "4.3": lambda good: [{**good, "data": [2] * 16}, {**good, "data": [True] * 16},
-                             {**good, "shape": [16]}, {**good, "dtype": None}],
+        "4.2": lambda good: [{**good, "data": [2] * len(good["data"])},
+                             {**good, "shape": [len(good["data"])]}, {**good, "dtype": None}],
+        "4.3": lambda good: forged_pairs(good, [2, 3, 5], 36),
     },
-    forbidden_calls={
-        sa.scaled_dot_product_attention: None,
-        sa.SelfAttention.forward: "coursepkg.self_attention",
+    forbidden_calls={  # in every task but the questions (see the tests of 4.1 to 4.3 below)
         F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
-        torch.nn.MultiheadAttention.forward: "torch.nn.MultiheadAttention",
     },
     allowed_calls=(torch.softmax, torch.Tensor.masked_fill, torch.tril, torch.matmul, F.linear,
                    torch.Tensor.transpose),
@@ -567,163 +530,212 @@ CHAPTER = Chapter(
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry and the cases
+# The registry, the kinds and the cases
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", ("4.1", "4.2", "4.4"))
-def test_every_task_has_a_hidden_case_of_one_position(task_id):
-    assert any(case.args["T"] == 1 for case in hidden_cases(checks.get_task(task_id)))
+def test_the_kinds_and_their_shares():
+    """No task asks for a function the page shows; formulas are at most a third of the
+    points, and every other kind the design asks for is there."""
+    points = checks.points_by_kind("04_self_attention")
+    assert points == {"formula": 7.0, "extension": 9.0, "train": 6.0, "debug": 6.0,
+                      "question": 3.0}
+    assert points["formula"] <= sum(points.values()) / 3
+    shown = {"scaled_dot_product_attention", "causal_mask", "self_attention", "forward"}
+    assert not shown & {task.func_name for task in checks.tasks_for("04_self_attention")}
 
 
-def test_hidden_causal_masks_have_other_lengths():
+def test_the_local_cases_cover_the_window_edge_padding_rows_and_the_batch():
+    task = checks.get_task("4.2")
+    cases = all_cases(task)
+    keeps = [case.args["keep"] for case in cases]
+    T = [len(keep[0]) for keep in keeps]
+    windows = [case.args["window"] for case in cases]
+    assert any(w >= t for w, t in zip(windows, T, strict=True))  # a window past the start
+    assert 1 in windows and any(1 < w < t for w, t in zip(windows, T, strict=True))
+    left = [keep for keep in keeps if any(not row[0] and row[-1] for row in keep)]
+    right = [keep for keep in keeps if any(row[0] and not row[-1] for row in keep)]
+    assert left and right
+    public = [case.args["keep"] for case in task.public_cases]
+    assert any(len(keep) > 1 and keep[0] != keep[1] for keep in public)  # sequences differ
+    for case in cases:  # padding rows whose whole window is padding: an empty row but for t
+        keep, window = task.build_args(case.args)
+        assert keep.any(dim=-1).all(), case.name
+    empty = 0
+    for case in task.public_cases:
+        keep, window = task.build_args(case.args)
+        band = ch04._band(keep.shape[1], 0, window - 1)
+        empty += int((~(band & keep[:, None, :]).any(dim=-1)).sum())
+    assert empty > 0
+
+
+def test_the_local_mask_by_hand():
+    keep = torch.tensor([[False, True, True, True, True], [True, True, True, False, False]])
+    mask = ch04.local_mask(keep, 2).int().tolist()
+    assert mask[0] == [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0],
+                       [0, 0, 0, 1, 1]]
+    assert mask[1] == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 0, 1, 0],
+                       [0, 0, 0, 0, 1]]
+    full = torch.ones(1, 6, dtype=torch.bool)
+    assert torch.equal(ch04.local_mask(full, 6)[0], sa.causal_mask(6))
+    assert torch.equal(ch04.local_mask(full, 1)[0], torch.eye(6, dtype=torch.bool))
+
+
+def test_the_local_mask_makes_attention_local_and_blind_to_padding():
+    """Used in attention: every row has a key (no NaN), real queries give padding keys 0 and
+    their output does not depend on tokens outside the window."""
+    generator = torch.Generator().manual_seed(0)
+    keep = torch.tensor([[True] * 7, [False, False, True, True, True, True, True]])
+    x = torch.randn(2, 7, 4, generator=generator, dtype=torch.float64)
+    mask = ch04.local_mask(keep, 3)
+    out, weights = sa.scaled_dot_product_attention(x, x, x, mask)
+    assert torch.isfinite(out).all()
+    assert (weights[1][:, :2][keep[1]] == 0).all()
+    changed = x.clone()
+    changed[:, 0] += 5.0  # outside the window of queries 3..6
+    out2, _ = sa.scaled_dot_product_attention(changed, changed, changed, mask)
+    torch.testing.assert_close(out2[:, 3:], out[:, 3:])
+
+
+def test_every_combination_of_bugs_is_named():
     task = checks.get_task("4.3")
-    public = {case.args["T"] for case in task.public_cases}
-    hidden = {case.args["T"] for case in hidden_cases(task)}
-    assert not public & hidden
-    assert {1, 2} <= hidden and max(hidden) > max(public)
+    case = task.cases[0]  # Dk = Dv: the values' bug shows in the numbers
+    for bugs in ch04.BUG_SETS:
+        func = with_bugs(*sorted(bugs))
+        result = checks.grade_output(task, case, checks.student_output(task, case, func))
+        assert result.status == "failed"
+        assert result.message.startswith(ch04.debug_hint(bugs)), (sorted(bugs), result.message)
+    assert len(ch04.BUG_SETS) == 15
 
 
-def _sdpa_inputs(case):
-    args = checks.get_task("4.2").build_args(case.args)
-    return args if len(args) == 4 else (*args, None)
+def test_the_untouched_starter_code_fails_every_case():
+    result = run_task("4.3", debug_untouched, hidden=True)
+    assert result.points == 0 and result.status == "failed"
+    assert {case.status for case in result.cases} == {"failed"}
+    # where Dv differs from Dk the out's shape already names the values' bug
+    shaped = [case for case in result.cases if case.message.startswith(ch04.HINT_DEBUG_VALUES)]
+    assert shaped
 
 
-def test_the_attention_cases_cover_layouts_masks_and_widths():
-    task = checks.get_task("4.2")
-    public, hidden = task.public_cases, hidden_cases(task)
-    # widths and lengths that differ, so that the wrong square root or a missing transposition
-    # changes the numbers; and one public case where q @ k runs (Dk = S) to be recognised
-    assert any(len({a["T"], a["S"], a["Dk"], a["Dv"]}) == 4 for a in (c.args for c in public))
-    assert any(c.args["Dk"] == c.args["S"] != c.args["T"] for c in public)
-    # several layouts: no leading dim, (B, ...), (B, H, ...); one query; float64
-    assert {len(c.args["lead"]) for c in hidden} == {0, 1, 2}
-    assert any(c.args["T"] == 1 for c in hidden)
-    # masks of several ranks, each leaving every query at least one key
-    ranks = set()
-    for case in all_cases(task):
-        q, k, v, mask = _sdpa_inputs(case)
-        if mask is None:
-            continue
-        ranks.add(mask.dim())
-        scores_shape = (*q.shape[:-1], k.shape[-2])
-        assert torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-        assert mask.expand(scores_shape).any(dim=-1).all(), case.name
-        assert not mask.all(), case.name
-    assert ranks == {2, 3, 4}
-    assert {c.args["mask"] is None for c in public} == {True, False}
-
-
-def test_the_large_and_the_very_negative_scores_are_exact_and_extreme():
-    task = checks.get_task("4.2")
-    by_kind = {}
-    for case in all_cases(task):
-        by_kind.setdefault(case.args["kind"], []).append(case)
-    assert {case.hidden for case in by_kind["large"]} == {True, False}
-    for case in by_kind["large"] + by_kind["negative"]:
-        assert case.args["Dk"] == 4  # sqrt(Dk) = 2: the scaled scores are exact
-        q, k, v, mask = _sdpa_inputs(case)
-        scores = q @ k.transpose(-2, -1) / 2
-        if case.args["kind"] == "large":
-            assert (scores > 990).all() and not torch.isfinite(torch.exp(scores)).any()
-        else:
-            # per query, the scores are about -8e3, -5.4e8 or -1.7e10: a finite fill of 0,
-            # -1e4 or -1e9 each lets the masked keys win in some rows and not in others
-            rows = scores[0].amax(dim=-1)
-            assert rows.min() < -1e10 and ((rows > -1e9) & (rows < -1e4)).any()
-            assert ((rows > -1e4) & (rows < -1e3)).any()
-        out, weights = sa.scaled_dot_product_attention(q, k, v, mask)
-        assert torch.isfinite(out).all() and torch.isfinite(weights).all()
-        if mask is not None:
-            assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
-
-
-def test_the_projection_cases_tell_the_widths_apart():
-    for task_id in ("4.1", "4.4"):
-        cases = checks.get_task(task_id).public_cases
-        sizes = [(c.args["T"], c.args["D"], c.args["Dk"], c.args["Dv"]) for c in cases]
-        assert any(len(set(s)) == 4 for s in sizes), task_id  # sqrt(D), sqrt(Dv), T differ
-        assert any(len(set(s)) == 1 for s in sizes), task_id  # transpositions run
-    layers = all_cases(checks.get_task("4.4"))
-    assert {c.args["causal"] for c in layers if c.hidden} == {True, False}
-    assert {c.args["causal"] for c in layers if not c.hidden} == {True, False}
-
-
-def test_inputs_are_reproducible_and_fresh():
-    task = checks.get_task("4.2")
-    case = task.cases[2]
-    first, second = task.build_args(case.args), task.build_args(case.args)
-    assert all(torch.equal(a, b) and a is not b for a, b in zip(first, second, strict=True))
-    float64 = task.build_args({**case.args, "dtype": "float64"})
-    assert float64[0].dtype == torch.float64 and float64[3].dtype == torch.bool
-    torch.testing.assert_close(float64[0].float(), first[0])
+def test_the_debug_cases_tell_the_widths_apart():
+    cases = all_cases(checks.get_task("4.3"))
+    assert any(c.args["Dk"] == c.args["Dv"] for c in cases if not c.hidden)
+    assert any(c.args["Dk"] != c.args["Dv"] for c in cases if not c.hidden)
+    assert any(len({c.args["T"], c.args["D"], c.args["Dk"]}) == 3 for c in cases)
 
 
 def test_references_agree_with_torch():
-    for case in checks.get_task("4.2").cases:
-        q, k, v, mask = _sdpa_inputs(case)
-        q, k, v = q.double(), k.double(), v.double()
-        out, weights = sa.scaled_dot_product_attention(q, k, v, mask)
-        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-        torch.testing.assert_close(weights.sum(dim=-1), torch.ones_like(weights[..., 0]))
-    for case in checks.get_task("4.4").cases:
-        x, w_q, w_k, w_v, causal = checks.get_task("4.4").build_args(
-            {**case.args, "dtype": "float64"})
-        out, weights = ch04.self_attention(x, w_q, w_k, w_v, causal)
+    task = checks.get_task("4.3")
+    for case in task.cases:
+        x, w_q, w_k, w_v = task.build_args({**case.args, "dtype": "float64"})
+        out, weights = ch04.causal_self_attention(x, w_q, w_k, w_v)
         expected = F.scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T,
-                                                  is_causal=causal)
+                                                  is_causal=True)
         torch.testing.assert_close(out, expected)
-        q, k, v, scores = ch04.qkv_scores(x, w_q, w_k, w_v)
-        if not causal:
-            torch.testing.assert_close(torch.softmax(scores, dim=-1), weights)
-    for T in (1, 2, 5):
-        assert torch.equal(ch04.causal_mask(T), ~torch.ones(T, T, dtype=torch.bool).triu(1))
+        assert (weights.triu(1) == 0).all()
 
 
-def test_the_causal_mask_by_hand():
-    assert ch04.causal_mask(3).tolist() == [[True, False, False], [True, True, False],
-                                            [True, True, True]]
+def test_the_forbidden_calls_of_the_attention_tasks():
+    from coursepkg.checks.forbidden import Tripwire
 
-
-# ---------------------------------------------------------------------------------------------
-# Correct implementations: full marks
-# ---------------------------------------------------------------------------------------------
-
-
-def test_float64_computation_of_float32_inputs_is_close_enough():
-    def via_float64(q, k, v, mask=None):
-        out, weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask)
-        return out.to(q.dtype), weights.to(q.dtype)
-
-    assert run_task("4.2", via_float64, hidden=True).status == "passed"
-
-
-def test_a_minus_1e9_mask_fails_only_where_scores_are_below_it():
-    """The convention is float("-inf"); -1e9 gives the same weights except in the one public
-    case whose scores are far below -1e9."""
-    result = run_task("4.2", sdpa_mask_minus_1e9, hidden=True)
-    bad = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in bad] == [checks.get_task("4.2").cases[4].name]
-    assert bad[0].message.startswith(ch04.HINT_MASK_FINITE)
-    assert run_task("4.4", _layer_with(attend=sdpa_mask_minus_1e9),
-                           hidden=True).status == "passed"
+    for task_id in ("4.1", "4.2", "4.3"):
+        wire = Tripwire(checks.get_task(task_id))
+        assert "coursepkg.self_attention" in wire.prefixes
+        assert wire.forbidden_callable(sa.scaled_dot_product_attention) is not None
+        assert wire.forbidden_callable(sa.SelfAttention.forward) == "coursepkg.self_attention"
+        assert wire.forbidden_callable(F.scaled_dot_product_attention) == (
+            "torch.nn.functional.scaled_dot_product_attention")
+    helper = torch.nn.Transformer.generate_square_subsequent_mask
+    assert Tripwire(checks.get_task("4.2")).forbidden_callable(helper) == (
+        "torch.nn.Transformer.generate_square_subsequent_mask")
+    train = Tripwire(checks.get_task("4.4"))
+    assert train.forbidden_callable(sa.SelfAttention.forward) is None  # RecallModel runs it
+    assert train.forbidden_callable(ch04.train_recall) is not None
 
 
 # ---------------------------------------------------------------------------------------------
-# Wrong implementations: lose points and get the hint that names their mistake
+# The train task
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_finite_fills_and_the_zero_fill_are_told_apart():
-    """The very negative case has rows where 0 and -1e4 let masked keys win but -1e9 does not,
-    and rows where all three do: each fill gets its own numbers, hence its own hint."""
-    case = checks.get_task("4.2").cases[4]
-    outputs = {func.__name__: json.dumps(checks.student_output(checks.get_task("4.2"), case, func))
-               for func in (sdpa_mask_with_zero, sdpa_mask_minus_1e4, sdpa_mask_minus_1e9,
-                            scaled_dot_product_attention)}
-    assert len(set(outputs.values())) == 4
-    result = run_task("4.2", sdpa_mask_with_zero)
-    assert all(c.message.startswith(ch04.HINT_MASK_ZERO) for c in result.cases if c.message)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_reference_reaches_the_target_on_three_seeds(seed):
+    tokens, targets = ch04.recall_data(seed, ch04.RECALL_TRAIN)
+    model = ch04.train_recall(tokens, targets, seed)
+    held_out = ch04.recall_data(seed + 1000, ch04.RECALL_HELD_OUT)
+    assert ch04.recall_accuracy(model.state_dict(), *held_out) >= ch04.RECALL_BANDS[0][0]
+
+
+@pytest.mark.parametrize("func", [train_recall, train_recall_epochs])
+def test_other_correct_trainings_get_full_marks(func):
+    result = run_task("4.4", func, hidden=True)
+    assert result.status == "passed" and result.points == result.max_points == 6, result
+
+
+@pytest.mark.parametrize(("func", "most"), [
+    (recall_untrained, 0.0), (recall_trained_on_another_task, 0.0),
+    (recall_never_zero_grad, 0.0), (recall_answers_of_other_rows, 0.0),
+    (recall_too_few_steps, 4.5)])
+def test_short_trainings_get_a_low_band_or_nothing(func, most):
+    result = run_task("4.4", func, hidden=True)
+    assert result.points <= most, (func.__name__, result)
+    if most:
+        assert 0 < result.points and {c.status for c in result.cases} == {"partial"}
+
+
+def test_the_held_out_seed_never_reaches_the_student_and_the_sets_differ():
+    task = checks.get_task("4.4")
+    for case in all_cases(task):
+        assert "_heldout" in case.args and "_heldout" not in student_args(case.args)
+        tokens, targets, seed = task.build_args(student_args(case.args))
+        held_tokens, _ = task.expected(case.args)
+        assert seed == case.args["seed"] and not torch.equal(tokens[:5], held_tokens[:5])
+        assert tokens.shape == (ch04.RECALL_TRAIN, ch04.RECALL_PAIRS + 1, 2)
+
+
+def test_the_recall_data_is_what_the_task_says():
+    tokens, targets = ch04.recall_data(5, 300)
+    letters, digits = tokens[..., 0], tokens[..., 1]
+    pairs = letters[:, :-1]
+    assert all(len(set(row.tolist())) == ch04.RECALL_PAIRS for row in pairs)
+    assert (digits[:, -1] == ch04.RECALL_DIGITS).all()
+    where = (pairs == letters[:, -1:]).int().argmax(dim=1)
+    assert torch.equal(digits[:, :-1].gather(1, where[:, None])[:, 0], targets)
+    _, first = ch04.recall_data(5, 300, answer="first")
+    assert torch.equal(first, digits[:, 0])
+    shapes = {name: tuple(t.shape) for name, t in ch04.RecallModel().state_dict().items()}
+    assert shapes == ch04.RECALL_SHAPES
+
+
+def test_the_recall_model_is_blind_to_the_order_of_the_pairs():
+    """No positions: the pairs are a set, and shuffling them leaves the answer's logits."""
+    torch.manual_seed(0)
+    model = ch04.RecallModel()
+    tokens, _ = ch04.recall_data(3, 4)
+    shuffled = torch.cat([tokens[:, :-1].flip(1), tokens[:, -1:]], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(shuffled), model(tokens))
+
+
+# ---------------------------------------------------------------------------------------------
+# The questions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_questions_keys_follow_the_package_and_other_answers_are_right_too():
+    assert ch04.causal_scores_key() == 78 == 12 * 13 // 2
+    assert ch04.local_scores_key() == 1 + 2 + 3 + 4 * 9
+    assert ch04.saturated_jacobian_key() == "all of them"
+    for task_id, answer in (("4.5", 78), ("4.6", 42), ("4.7", "all of them")):
+        assert run_task(task_id, lambda answer=answer: answer).status == "passed"
+    for form in (torch.tensor(78), 78.0):  # the answer is an int: the message says so
+        result = run_task("4.5", lambda form=form: form)
+        assert result.status == "failed" and "a whole number (an int)" in result.cases[0].message
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports and details
+# ---------------------------------------------------------------------------------------------
 
 
 def test_shapes_name_the_mistake_where_values_cannot():
@@ -733,152 +745,19 @@ def test_shapes_name_the_mistake_where_values_cannot():
         result = run_task("4.1", func)
         assert [case.status for case in result.cases] == ["error", "failed", "error"]
         assert all("x @ w_q.T" in case.message for case in result.cases if case.status == "error")
-    result = run_task("4.2", sdpa_k_not_transposed)
-    assert [case.status for case in result.cases] == ["error", "error", "error", "failed",
-                                                      "error", "error", "error"]
-    assert all("k.transpose(-2, -1)" in case.message for case in result.cases)
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-def test_a_transposition_right_only_for_3d_inputs_fails_the_other_layouts():
-    for func in (sdpa_transpose_1_2, sdpa_k_dot_t):
-        result = run_task("4.2", func, hidden=True)
-        hidden = {case.name: case for case in result.cases if case.hidden}
-        four_d = [case for name, case in hidden.items() if "(B, H, T, S)" in name]
-        assert four_d and all(case.status == "error" for case in four_d), func.__name__
-        assert all(case.message.startswith("raised RuntimeError.") and "k.transpose(-2, -1)"
-                   in case.message for case in four_d)
-    # the task promises any leading dims, and one public case is 4-D: it shows the mistake
-    result = run_task("4.2", sdpa_transpose_1_2, hidden=True)
-    public = [case for case in result.cases if not case.hidden]
-    assert [case.name for case in public if case.status != "passed"] == [
-        "(B, H, T, S) inputs (any leading dims) with a (B, 1, 1, S) key-padding mask"]
-    assert "k.transpose(1, 2) is wrong for 4-D ones" in public[5].message
-    unbatched = next(case for case in result.cases if "no batch dims" in case.name)
-    assert unbatched.status == "error" and unbatched.message.startswith("raised IndexError.")
 
 
 def test_public_failures_show_the_specifics():
     result = run_task("4.1", qkv_no_scale)
     detail = result.cases[0].message.removeprefix(ch04.HINT_NO_SCALE).strip()
     assert detail.startswith("scores[") and "expected" in detail and "values differ)." in detail
-    result = run_task("4.2", sdpa_returns_weights_first)
-    assert result.cases[0].message.endswith("Expected out of shape (2, 3, 6), got (2, 3, 5).")
-    result = run_task("4.2", sdpa_naive_softmax)
-    assert "got nan" in result.cases[3].message
-    assert [case.status for case in result.cases[:3]] == ["passed"] * 3
-    result = run_task("4.3", mask_one_ahead)
-    assert result.cases[0].message.endswith("mask[0, 1]: expected False, got True "
-                                            "(3 of 16 values differ).")
-    result = run_task("4.3", mask_as_floats)
+    result = run_task("4.2", local_one_too_wide)
+    assert result.cases[0].message.endswith("mask[0, 3, 0]: expected False, got True "
+                                            "(3 of 36 values differ).")
+    result = run_task("4.2", local_as_floats)
     assert result.cases[0].message.endswith("Expected dtype torch.bool, got torch.float32.")
-
-
-def test_the_float_masks_are_named_whatever_their_pattern():
-    def float_upper(T):
-        return torch.ones(T, T).triu()
-
-    def int_mask(T):
-        return torch.ones(T, T, dtype=torch.int64).tril()
-
-    def minus_1e9_additive(T):
-        return torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -1e9)
-
-    assert ch04.HINT_CAUSAL_UPPER in run_task("4.3", float_upper).cases[0].message
-    assert ch04.HINT_MASK_BOOL in run_task("4.3", int_mask).cases[0].message
-    assert ch04.HINT_MASK_ADDITIVE in run_task("4.3", minus_1e9_additive).cases[0].message
-
-
-def test_dtype_mismatch_is_named_in_the_float64_case():
-    def float32_out(q, k, v, mask=None):
-        out, weights = scaled_dot_product_attention(q, k, v, mask)
-        return out.float(), weights.float()
-
-    result = run_task("4.2", float32_out, hidden=True)
-    failed = [case for case in result.cases if case.status != "passed"]
-    assert all("float64" in case.name for case in failed) and len(failed) == 2
-    assert {case.message for case in failed} == {ch04.HINT_DTYPE}
-
-
-def test_a_crash_on_an_edge_case_costs_only_that_case():
-    def no_single_position(x, w_q, w_k, w_v, causal=False):
-        if x.shape[1] == 1:
-            raise IndexError("index 1 is out of bounds")
-        return self_attention(x, w_q, w_k, w_v, causal)
-
-    result = run_task("4.4", no_single_position, hidden=True)
-    bad = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in bad] == ["hidden: one position, causal"]
-    assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
-
-
-def test_exceptions_become_errors_with_hints():
-    result = run_task("4.2", sdpa_if_mask)
-    errors = [case for case in result.cases if case.status == "error"]
-    assert len(errors) == 5
-    assert all(case.message.startswith("raised RuntimeError: Boolean value of Tensor")
-               and "'if mask is not None:'" in case.message for case in errors)
-    assert all("\n" not in case.message for case in result.cases)
-    assert all("ambiguous. A tensor operation failed" in case.message for case in errors)
-
-    def no_default(q, k, v, mask):
-        return scaled_dot_product_attention(q, k, v, mask)
-
-    result = run_task("4.2", no_default)
-    assert result.cases[0].status == "error" and "default mask=None" in result.cases[0].message
-    assert result.cases[1].status == "passed"
-
-
-def test_a_mask_of_nan_or_inf_never_passes():
-    for value in (math.nan, math.inf):
-        def mask_of(T, value=value):
-            return torch.full((T, T), value)
-
-        assert run_task("4.3", mask_of, hidden=True).points == 0
-
-
-def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
-    def with_grad(x, w_q, w_k, w_v, causal=False):
-        return self_attention(x, torch.nn.Parameter(w_q.clone()), w_k, w_v, causal)
-
-    def mask_as_view(T):
-        return torch.ones(T + 1, T + 1, dtype=torch.bool).tril()[1:, :-1].tril()
-
-    assert run_task("4.4", with_grad, hidden=True).status == "passed"
-    assert run_task("4.3", mask_as_view, hidden=True).status == "passed"
-
-
-def test_the_square_subsequent_mask_is_forbidden_in_the_causal_mask():
-    from coursepkg.checks.forbidden import Tripwire
-
-    masks = Tripwire(checks.get_task("4.3"))
-    helper = torch.nn.Transformer.generate_square_subsequent_mask
-    assert masks.forbidden_callable(helper) == (
-        "torch.nn.Transformer.generate_square_subsequent_mask")
-
-
-# ---------------------------------------------------------------------------------------------
-# The split used by the grader: student half, JSON, trusted half
-# ---------------------------------------------------------------------------------------------
-
-
-def test_nan_and_inf_survive_the_trip_through_json():
-    """The naive softmax's NaN and an additive mask's -inf go through the worker's JSON and
-    still get their hints."""
-    task = checks.get_task("4.2")
-    case = task.cases[3]
-    sent = json.loads(json.dumps(checks.student_output(task, case, sdpa_naive_softmax)))
-    result = checks.grade_output(task, case, sent)
-    assert result.status == "failed" and result.message.startswith(ch04.HINT_SOFTMAX_OVERFLOW)
-    task = checks.get_task("4.3")
-    sent = json.loads(json.dumps(checks.student_output(task, task.cases[0], mask_additive)))
-    result = checks.grade_output(task, task.cases[0], sent)
-    assert result.status == "failed" and result.message.startswith(ch04.HINT_MASK_ADDITIVE)
-
-
-# ---------------------------------------------------------------------------------------------
-# check(): prints a deterministic report, never raises
-# ---------------------------------------------------------------------------------------------
+    result = run_task("4.3", debug_returns_weights_first)
+    assert result.cases[0].message.endswith("Expected out of shape (2, 5, 4), got (2, 5, 5).")
 
 
 def test_check_a_function_that_raises(capsys):
@@ -888,3 +767,29 @@ def test_check_a_function_that_raises(capsys):
     out = check_output(capsys, "4.1", broken)
     assert "ERROR [0/1]" in out and "raised RuntimeError: " in out
     assert "q = x @ w_q.T" in out
+
+
+def test_check_prints_the_train_task_s_time_and_budget(capsys):
+    out = check_output(capsys, "4.4", train_recall)
+    assert out.startswith("Task 4.4 train_recall: 3/3 points\n")
+    assert " s of 10 s budget)" in out
+
+
+def test_the_second_correct_answers_print_full_marks(capsys):
+    for task_id, func, answer in (("4.5", "causal_scores_kept", 78),
+                                  ("4.7", "saturated_jacobian_zeros", "all of them")):
+        out = check_output(capsys, task_id, lambda answer=answer: answer)
+        assert out == f"Task {task_id} {func}: 1/1 points\n  PASS  [1/1] the answer\n"
+
+
+def test_hidden_plain_values_through_json():
+    task = checks.get_task("4.2")
+    case = task.cases[1]
+    sent = json.loads(json.dumps(checks.student_output(task, case, local_additive)))
+    result = checks.grade_output(task, case, sent)
+    assert result.status == "failed" and result.message.startswith(ch04.HINT_MASK_ADDITIVE)
+
+
+def test_hidden_cases_of_the_local_mask_are_not_in_the_public_ones():
+    public = [case.args for case in checks.get_task("4.2").public_cases]
+    assert all(case.args not in public for case in hidden_cases(checks.get_task("4.2")))

@@ -7,8 +7,10 @@ their mistake; the tests here are what only this chapter's checks do.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -22,7 +24,7 @@ from coursepkg.checks import ch07_transformer as ch07
 from coursepkg.multihead import MultiHeadAttention
 from coursepkg.self_attention import causal_mask
 
-TASK_IDS = ("7.1", "7.2", "7.3", "7.4")
+TASK_IDS = ("7.1", "7.2", "7.3", "7.4", "7.5", "7.6", "7.7")
 NEG_INF = float("-inf")
 
 
@@ -114,42 +116,10 @@ def block_functional(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None
     return residual(x, ff, norm2)
 
 
-def decoder_block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3, memory_mask=None):
-    """The notebook's solution."""
-    T = x.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T): True on and below
-    h = norm1(x)
-    x = x + self_attn(h, h, h, causal)[0]
-    h = norm2(x)
-    x = x + cross_attn(h, memory, memory, memory_mask)[0]
-    return x + ff(norm3(x))
 
 
-def decoder_by_hand(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                    memory_mask=None):
-    """Norms and attention written out; the causal mask from comparing positions."""
-    T = x.shape[1]
-    positions = torch.arange(T)
-    causal = positions[None, :] <= positions[:, None]  # key s <= query t
-    h = _layer_norm(norm1, x)
-    x = x + _attention_by_hand(self_attn, h, h, h, causal)
-    h = _layer_norm(norm2, x)
-    x = x + _attention_by_hand(cross_attn, h, memory, memory, memory_mask)
-    return x + ff(_layer_norm(norm3, x))
 
 
-def decoder_package_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                         memory_mask=None):
-    """Chapter 4's causal_mask; a loop over three (sublayer, norm) pairs."""
-    mask = causal_mask(x.shape[1])
-    sublayers = [
-        (lambda h: self_attn(h, h, h, mask)[0], norm1),
-        (lambda h: cross_attn(h, memory, memory, memory_mask)[0], norm2),
-        (ff, norm3),
-    ]
-    for f, norm in sublayers:
-        x = x + f(norm(x))
-    return x
 
 
 def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
@@ -213,11 +183,101 @@ def sample_row_by_row(model, idx, max_new_tokens, block_size, temperature=1.0, t
     return seq
 
 
+def attention_step(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    """The notebook's solution."""
+    q = F.linear(x_t, w_q)  # (B, Dk)
+    keys = torch.cat([cache_k, F.linear(x_t, w_k)[:, None]], dim=1)
+    values = torch.cat([cache_v, F.linear(x_t, w_v)[:, None]], dim=1)
+    scores = (keys @ q[:, :, None])[:, :, 0] / math.sqrt(q.shape[-1])
+    return (torch.softmax(scores, dim=-1)[:, None, :] @ values)[:, 0], keys, values
+
+
+def step_by_full_recomputation(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    """Correct, written differently: the whole row of causal attention, the new position last,
+    through F.scaled_dot_product_attention's math written out with a log-sum-exp."""
+    keys = torch.cat([cache_k, (x_t @ w_k.T).unsqueeze(1)], dim=1)
+    values = torch.cat([cache_v, (x_t @ w_v.T).unsqueeze(1)], dim=1)
+    scores = torch.einsum("bd,bpd->bp", x_t @ w_q.T, keys) / w_q.shape[0] ** 0.5
+    weights = (scores - torch.logsumexp(scores, dim=-1, keepdim=True)).exp()
+    return torch.einsum("bp,bpd->bd", weights, values), keys, values
+
+
+def step_float64_loops(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    """Correct: one sequence at a time, in float64, cast back."""
+    outs, all_k, all_v = [], [], []
+    for b in range(x_t.shape[0]):
+        x = x_t[b].double()
+        k = torch.cat([cache_k[b].double(), (w_k.double() @ x)[None]])
+        v = torch.cat([cache_v[b].double(), (w_v.double() @ x)[None]])
+        a = torch.softmax(k @ (w_q.double() @ x) / math.sqrt(k.shape[-1]), dim=0)
+        outs.append(a @ v)
+        all_k.append(k)
+        all_v.append(v)
+    dtype = x_t.dtype
+    return (torch.stack(outs).to(dtype), torch.stack(all_k).to(dtype),
+            torch.stack(all_v).to(dtype))
+
+
+# 7.5: every training of this file is kept per process (seed counts on the first call only),
+# so that the generic tests, which call each function on many cases, train each one once.
+_TRAINED = {}
+
+
+def _once(name, train):
+    def trained(train_ids, config, seed):
+        if name not in _TRAINED:
+            _TRAINED[name] = train(train_ids, config, seed)
+        return copy.deepcopy(_TRAINED[name])
+
+    trained.__name__ = name
+    return trained
+
+
+def _adam_big_batches(train_ids, config, seed):
+    """Correct, written differently: plain Adam at a constant 3e-3 after a warm-up, 32 windows
+    per step, 200 steps, no clipping; returns the state_dict."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = tf.TransformerLM(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=6e-3)
+    T = config.block_size
+    for step in range(200):
+        optimizer.param_groups[0]["lr"] = 6e-3 * min(1.0, (step + 1) / 10)
+        starts = torch.randint(0, len(train_ids) - T - 1, (32,), generator=gen)
+        x = torch.stack([train_ids[s:s + T] for s in starts.tolist()])
+        y = torch.stack([train_ids[s + 1:s + T + 1] for s in starts.tolist()])
+        loss = F.cross_entropy(model(x).transpose(1, 2), y)
+        model.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+train_with_adam_and_big_batches = _once("train_with_adam_and_big_batches", _adam_big_batches)
+
+
+def parameters_by_formula():
+    """Correct: 12 D^2 + 13 D per block (F = 4 D), then the embedding, final norm and head."""
+    config = ch07.capstone_config()
+    D, V, L = config.d_model, config.vocab_size, config.n_layers
+    return L * (12 * D * D + 13 * D) + 2 * V * D + 2 * D + V
+
+
+def uniform_nats_from_a_flat_model():
+    """Correct: the cross-entropy of all-zero logits."""
+    V = ch07.capstone_config().vocab_size
+    return F.cross_entropy(torch.zeros(1, V), torch.tensor([0])).item()
+
+
 CORRECT = {
     "7.1": [ch07.feed_forward, feed_forward, ff_matmul_erf, ff_einsum_float64],
     "7.2": [ch07.encoder_block, encoder_block, block_by_hand, block_functional],
-    "7.3": [ch07.decoder_block, decoder_block, decoder_by_hand, decoder_package_mask],
+    "7.3": [ch07.attention_step, attention_step, step_by_full_recomputation,
+            step_float64_loops],
     "7.4": [ch07.sample, sample, sample_powered_probs, sample_row_by_row],
+    "7.5": [ch07.train_transformer_lm, train_with_adam_and_big_batches],
+    "7.6": [checks.get_task("7.6").reference, parameters_by_formula],
+    "7.7": [checks.get_task("7.7").reference, uniform_nats_from_a_flat_model],
 }
 
 
@@ -345,78 +405,12 @@ def block_returns_weights(x, self_attn, ff, norm1, norm2, norm_first=False, mask
     return self_attn(x, x, x, mask)[1]
 
 
-def _decoder_with(*, causal="right", sources="dmm", norm_memory=False, use_memory_mask=True,
-                  cross_first=False, swap_modules=False, residual=(True, True, True),
-                  post=False, norms=(0, 1, 2)):
-    """A student's decoder block with one mistake switched on (defaults: right)."""
-
-    def block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3, memory_mask=None):
-        T = x.shape[1]
-        ones = torch.ones(T, T, dtype=torch.bool)
-        mask = {"right": ones.tril(), "none": None, "strict": ones.tril(-1),
-                "torch": ones.triu(1)}[causal]
-        sa, ca = (cross_attn, self_attn) if swap_modules else (self_attn, cross_attn)
-        n = [(norm1, norm2, norm3)[i] for i in norms]
-
-        def attend_self(h):
-            return sa(h, h, h, mask)[0]
-
-        def attend_cross(h):
-            mem = n[1](memory) if norm_memory else memory
-            q, k, v = (h if s == "d" else mem for s in sources)
-            return ca(q, k, v, memory_mask if use_memory_mask else None)[0]
-
-        steps = [(attend_self, 0), (attend_cross, 1), (ff, 2)]
-        if cross_first:
-            steps[:2] = steps[1::-1]
-        for f, i in steps:
-            if post:
-                x = n[i](x + f(x))
-            else:
-                x = x * residual[i] + f(n[i](x))
-        return x
-
-    return block
 
 
-decoder_not_causal = _named(_decoder_with(causal="none"), "decoder_not_causal")
-decoder_hides_the_diagonal = _named(_decoder_with(causal="strict"), "decoder_hides_the_diagonal")
-decoder_torch_mask = _named(_decoder_with(causal="torch"), "decoder_torch_mask")
-decoder_kv_from_decoder = _named(_decoder_with(sources="ddd"), "decoder_kv_from_decoder")
-decoder_values_from_decoder = _named(_decoder_with(sources="dmd"), "decoder_values_from_decoder")
-decoder_queries_from_memory = _named(_decoder_with(sources="mdd"), "decoder_queries_from_memory")
-decoder_normalises_memory = _named(_decoder_with(norm_memory=True), "decoder_normalises_memory")
-decoder_ignores_memory_mask = _named(_decoder_with(use_memory_mask=False),
-                                     "decoder_ignores_memory_mask")
-decoder_cross_first = _named(_decoder_with(cross_first=True), "decoder_cross_first")
-decoder_modules_swapped = _named(_decoder_with(swap_modules=True), "decoder_modules_swapped")
-decoder_no_cross_residual = _named(_decoder_with(residual=(True, False, True)),
-                                   "decoder_no_cross_residual")
-decoder_no_self_residual = _named(_decoder_with(residual=(False, True, True)),
-                                  "decoder_no_self_residual")
-decoder_post_norm = _named(_decoder_with(post=True), "decoder_post_norm")
-decoder_norms_shifted = _named(_decoder_with(norms=(1, 2, 0)), "decoder_norms_shifted")
 
 
-def decoder_torch_square_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                              memory_mask=None):
-    """torch's float mask (-inf above the diagonal, what nn.Transformer's
-    generate_square_subsequent_mask returns, built here by hand) passed as it is."""
-    T = x.shape[1]
-    mask = torch.full((T, T), float("-inf")).triu(1)
-    h = norm1(x)
-    x = x + self_attn(h, h, h, mask)[0]
-    h = norm2(x)
-    x = x + cross_attn(h, memory, memory, memory_mask)[0]
-    return x + ff(norm3(x))
 
 
-def decoder_square_subsequent_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                                   memory_mask=None):
-    """torch's helper called for the mask: forbidden in the task."""
-    mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
-    return decoder_torch_square_mask(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                                     memory_mask) + 0 * mask.sum()
 
 
 def _sample_with(*, crop="last", position=-1, temper="divide", keep="right", greedy=False,
@@ -506,6 +500,127 @@ def sample_divides_by_zero(model, idx, max_new_tokens, block_size, temperature=1
     return idx
 
 
+def starter_encoder_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
+    """The exercise's starter code of the debug task 7.2 (three planted bugs)."""
+    if norm_first:
+        h = norm1(x)
+        x = x + self_attn(h, h, h)[0]
+        h = norm2(x)
+        return h + ff(h)
+    y = norm1(x + self_attn(x, x, x, mask)[0])
+    return norm2(y + ff(x))
+
+
+def _mistaken_step(x_t, w_q, w_k, w_v, cache_k, cache_v, *, scale=None, append="end",
+                   self_included=True, roles="qkv", axis=-1):
+    """One cache step with a knob turned to a known mistake (the grader's tripwire refuses
+    calls into the checks, so the test's wrong implementations are written here)."""
+    weights = {"q": w_q, "k": w_k}
+    q, k, v = x_t @ weights[roles[0]].T, x_t @ weights[roles[1]].T, x_t @ w_v.T
+    pair = [(cache_k, k[:, None]), (cache_v, v[:, None])]
+    keys, values = (torch.cat(p if append == "end" else p[::-1], dim=1) for p in pair)
+    read_k, read_v = (keys, values) if self_included else (cache_k, cache_v)
+    scores = torch.einsum("bd,bpd->bp", q, read_k) / math.sqrt(
+        w_q.shape[0] if scale is None else scale)
+    out = torch.einsum("bp,bpd->bd", torch.softmax(scores, dim=axis), read_v)
+    return out, keys, values
+
+
+def _step_with(**how):
+    def step(*args):
+        return _mistaken_step(*args, **how)
+
+    return step
+
+
+step_unscaled = _named(_step_with(scale=1.0), "step_unscaled")
+
+
+def step_scaled_by_dv(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    return _mistaken_step(x_t, w_q, w_k, w_v, cache_k, cache_v, scale=float(w_v.shape[0]))
+
+
+step_prepends = _named(_step_with(append="start"), "step_prepends")
+step_query_and_key_swapped = _named(_step_with(roles="kq"), "step_query_and_key_swapped")
+step_softmax_over_batch = _named(_step_with(axis=0), "step_softmax_over_batch")
+
+
+def step_cache_only(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    """Appends the new key and value, but attends over the old cache only."""
+    return _mistaken_step(x_t, w_q, w_k, w_v, cache_k, cache_v, self_included=False)
+
+
+def step_forgets_to_append(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    """Attends over the cache only and hands it on unchanged."""
+    out, _, _ = _mistaken_step(x_t, w_q, w_k, w_v, cache_k, cache_v, self_included=False)
+    return out, cache_k, cache_v
+
+
+def untrained(train_ids, config, seed):
+    torch.manual_seed(seed)
+    return tf.TransformerLM(config)
+
+
+def _short_training(train_ids, config, seed, *, steps, shift=1):
+    """Adam at 1e-2 on 16 windows; targets ``shift`` positions after the inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = tf.TransformerLM(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    T = config.block_size
+    for _ in range(steps):
+        starts = torch.randint(0, len(train_ids) - T - 1, (16,), generator=gen).tolist()
+        x = torch.stack([train_ids[s:s + T] for s in starts])
+        y = torch.stack([train_ids[s + shift:s + shift + T] for s in starts])
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+targets_not_shifted = _once("targets_not_shifted", lambda ids, config, seed: _short_training(
+    ids, config, seed, steps=40, shift=0))
+trained_on_shuffled_text = _once("trained_on_shuffled_text", lambda ids, config, seed: (
+    _short_training(ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(1))],
+                    config, seed, steps=80)))
+too_few_steps = _once("too_few_steps", lambda ids, config, seed: _short_training(
+    ids, config, seed, steps=60))
+
+QUESTION_HINT_76 = checks.get_task("7.6").judge(0, 1, {}).hint
+QUESTION_HINT_77 = checks.get_task("7.7").judge(0, 1, {}).hint
+
+
+def parameters_without_biases():
+    config = ch07.capstone_config()
+    D, V, L = config.d_model, config.vocab_size, config.n_layers
+    return L * 12 * D * D + 2 * V * D
+
+
+def parameters_of_one_block():
+    config = ch07.capstone_config()
+    D, V = config.d_model, config.vocab_size
+    return 12 * D * D + 13 * D + 2 * V * D + 2 * D + V
+
+
+def parameters_with_tied_head():
+    config = ch07.capstone_config()
+    D, V, L = config.d_model, config.vocab_size, config.n_layers
+    return L * (12 * D * D + 13 * D) + V * D + 2 * D + V
+
+
+def uniform_bits():
+    return math.log2(ch07.capstone_config().vocab_size)
+
+
+def uniform_perplexity():
+    return float(ch07.capstone_config().vocab_size)
+
+
+def uniform_over_the_alphabet():
+    return math.log(26)
+
+
 RUNTIME_HINTS = {task_id: checks.get_task(task_id).error_hints.get("RuntimeError")
                  for task_id in TASK_IDS}
 
@@ -540,21 +655,13 @@ WRONG = {
         (block_returns_weights, ch07.HINT_BLOCK_WEIGHTS),
     ],
     "7.3": [
-        (decoder_not_causal, ch07.HINT_NO_CAUSAL),
-        (decoder_hides_the_diagonal, ch07.HINT_CAUSAL_DIAGONAL),
-        (decoder_torch_mask, ch07.HINT_CAUSAL_INVERTED),
-        (decoder_torch_square_mask, "True = may attend"),
-        (decoder_kv_from_decoder, ch07.HINT_KV_FROM_DECODER),
-        (decoder_values_from_decoder, ch07.HINT_KV_FROM_DECODER),
-        (decoder_queries_from_memory, ch07.HINT_QUERIES_FROM_MEMORY),
-        (decoder_normalises_memory, ch07.HINT_MEMORY_NORMALISED),
-        (decoder_ignores_memory_mask, ch07.HINT_MEMORY_MASK_IGNORED),
-        (decoder_cross_first, ch07.HINT_CROSS_FIRST),
-        (decoder_modules_swapped, ch07.HINT_ATTN_MODULES_SWAPPED),
-        (decoder_no_cross_residual, ch07.HINT_DEC_NO_RESIDUAL_CROSS),
-        (decoder_no_self_residual, ch07.HINT_DEC_NO_RESIDUAL_SELF),
-        (decoder_post_norm, ch07.HINT_DEC_POST_NORM),
-        (decoder_norms_shifted, ch07.HINT_DEC_NORMS_ORDER),
+        (step_unscaled, ch07.HINT_STEP_NO_SCALE),
+        (step_scaled_by_dv, ch07.HINT_STEP_WRONG_SCALE),
+        (step_prepends, ch07.HINT_STEP_PREPENDED),
+        (step_query_and_key_swapped, ch07.HINT_STEP_PROJECTIONS),
+        (step_softmax_over_batch, ch07.HINT_STEP_SOFTMAX_AXIS),
+        (step_cache_only, ch07.HINT_STEP_CACHE_ONLY),
+        (step_forgets_to_append, ch07.HINT_STEP_CACHE_ONLY),
     ],
     "7.4": [
         (sample_not_cropped, ch07.HINT_NOT_CROPPED),
@@ -572,6 +679,24 @@ WRONG = {
         (sample_top_k_subset, ch07.HINT_TOP_K_SUBSET),
         (sample_divides_by_zero, "at temperature 0 take the argmax"),
     ],
+    "7.5": [
+        (untrained, ch07.HINT_CAPSTONE_FAR),
+        (targets_not_shifted, ch07.HINT_CAPSTONE_WORSE_THAN_UNIFORM),
+        (trained_on_shuffled_text, ch07.HINT_CAPSTONE_FAR),
+        (too_few_steps, ch07.HINT_CAPSTONE_PARTIAL),
+    ],
+    "7.6": [
+        (parameters_without_biases, ch07.HINT_Q_PARAMETERS_BIASES),
+        (parameters_of_one_block, ch07.HINT_Q_PARAMETERS_ONE_BLOCK),
+        (parameters_with_tied_head, ch07.HINT_Q_PARAMETERS_TIED),
+        (lambda: 1000, QUESTION_HINT_76),
+    ],
+    "7.7": [
+        (uniform_bits, ch07.HINT_Q_UNIFORM_BITS),
+        (uniform_perplexity, ch07.HINT_Q_UNIFORM_PERPLEXITY),
+        (uniform_over_the_alphabet, ch07.HINT_Q_UNIFORM_ALPHABET),
+        (lambda: 1.0, QUESTION_HINT_77),
+    ],
 }
 
 def stub(*args):
@@ -585,29 +710,37 @@ def stub(*args):
 CHAPTER = Chapter(
     assignment="07_transformer",
     tasks={"7.1": ("feed_forward", 3, 8), "7.2": ("encoder_block", 4, 10),
-           "7.3": ("decoder_block", 4, 10), "7.4": ("sample", 5, 12)},
+           "7.3": ("attention_step", 5, 10), "7.4": ("sample", 5, 12),
+           "7.5": ("train_transformer_lm", 6, 18), "7.6": ("capstone_parameters", 2, 2),
+           "7.7": ("uniform_nats", 2, 2)},
     hints=ch07,
     correct=CORRECT,
     wrong=WRONG,
     stub=stub,
-    min_public=3,
-    min_hidden=5,
-    public_points=(3, 5),
-    forbidden=("coursepkg.lm", "coursepkg.checks"),
+    min_public=1,
+    min_hidden=1,
+    public_points=(2, 6),
+    forbidden=("coursepkg.lm",),
     package="coursepkg.lm",
     not_finite_hint=ch07.HINT_NOT_FINITE,
     failure_reports=(
         ("7.2", block_ignores_mask, "Task 7.2 encoder_block: 2/4 points",
          ("  FAIL  [0/1] pre-norm with a causal mask (T, T): a GPT block: "
           + ch07.HINT_MASK_NOT_PASSED,)),
-        ("7.3", decoder_not_causal, "Task 7.3 decoder_block: 0/4 points", ()),
+        ("7.2", starter_encoder_block, "Task 7.2 encoder_block: 0/4 points", ()),
+        ("7.3", step_unscaled, "Task 7.3 attention_step: 1/5 points",
+         ("  FAIL  [0/2] 2 sequences, a cache of 4 positions (the projections of a prefix): "
+          + ch07.HINT_STEP_NO_SCALE,)),
         ("7.4", sample_temperature_multiplied, "Task 7.4 sample: 2/5 points",
          (ch07.HINT_TEMPERATURE_MULTIPLIED,)),
     ),
     # chapter 5's MultiHeadAttention is what the blocks are given; 7.4 calls a TransformerLM
     allowed=("coursepkg.multihead",),
-    exact_results=("7.4",),
-    more_hints=frozenset(ch07.ENCODER_HINTS) | set(ch07.DECODER_HINTS) | set(ch07.SAMPLE_HINTS),
+    typed=("7.1", "7.2", "7.3", "7.4"),
+    seeded=("7.1", "7.2", "7.3", "7.4", "7.5"),
+    scalar_inputs=("7.6", "7.7"),
+    exact_results=("7.4", "7.5", "7.6", "7.7"),
+    more_hints=frozenset(ch07.ENCODER_HINTS) | set(ch07.SAMPLE_HINTS),
     # a wrong source of keys, values or queries crashes where the lengths differ: the error's
     # hint says where each comes from
     crashes_excused=True,
@@ -615,7 +748,8 @@ CHAPTER = Chapter(
         ("7.1", lambda *a: feed_forward(*a).tolist(),
          "expected the output as a torch.Tensor, got list"),
         ("7.2", lambda x, attn, *rest: attn(x, x, x), "got tuple"),
-        ("7.3", lambda *a: None, "expected the block's output as a torch.Tensor, got NoneType"),
+        ("7.3", lambda *a: attention_step(*a)[0], "expected a tuple of 3 (out, keys, values)"),
+        ("7.5", lambda *a: [1, 2], "expected the trained model or its state_dict(), got list"),
         ("7.4", lambda *a: sample(*a).tolist(), "expected the token ids as a torch.Tensor"),
         ("7.4", lambda *a: sample(*a).float(), "got dtype torch.float32"),
     ),
@@ -653,12 +787,13 @@ def test_the_edge_cases_are_there():
     assert any(math.prod(a["lead"]) == 1 for a in hidden("7.1"))
     assert any(a["F"] < a["D"] for a in hidden("7.1"))
     assert any(len(a["lead"]) == 3 for a in hidden("7.1"))
-    for task_id in ("7.2", "7.3"):
-        assert any(a["T"] == 1 for a in hidden(task_id))
-        assert any(a["H"] == 1 for a in hidden(task_id))
-        assert any(a["B"] == 1 for a in hidden(task_id))
+    assert any(a["T"] == 1 for a in hidden("7.2"))
+    assert any(a["H"] == 1 for a in hidden("7.2"))
+    assert any(a["B"] == 1 for a in hidden("7.2"))
     assert {a["norm_first"] for a in hidden("7.2")} == {False, True}
-    assert any(a["S"] == 1 for a in hidden("7.3"))
+    steps = hidden("7.3")
+    assert {a["P"] for a in steps} >= {0, 1} and any(a["P"] >= 20 for a in steps)
+    assert any(a["dtype"] == "float64" for a in steps)
     samples = hidden("7.4")
     assert any(a["block_size"] == 1 for a in samples)
     assert any(a["top_k"] == 1 for a in samples) and any(a["top_k"] == a["V"] for a in samples)
@@ -668,17 +803,18 @@ def test_the_edge_cases_are_there():
 
 
 def test_the_public_cases_let_the_mistakes_show():
-    """Both variants of the block, masks and no masks; T = S in exactly one public decoder
-    case; every public sample grows past block_size, most with a temperature other than 1 and
+    """Both variants of the block, masks and no masks; a cache step with an empty cache, a
+    prefix's cache and any cache, widths that differ; every public sample grows past
+    block_size, most with a temperature other than 1 and
     some with top-k, on a model that refuses long contexts and on one that reads them."""
     blocks = [c.args for c in checks.get_task("7.2").public_cases]
     assert {a["norm_first"] for a in blocks} == {False, True}
     assert {a["mask"] is None for a in blocks} == {False, True}
     assert {a["activation"] for a in blocks} == {"relu", "gelu"}
-    decoders = [c.args for c in checks.get_task("7.3").public_cases]
-    assert sum(a["T"] == a["S"] for a in decoders) == 1
-    assert {a["memory_mask"] is None for a in decoders} == {False, True}
-    assert any(a["T"] == a["S"] and a["memory_mask"] is not None for a in decoders)
+    steps = [c.args for c in checks.get_task("7.3").public_cases]
+    assert {a["P"] == 0 for a in steps} == {False, True}
+    assert {a["prefix"] for a in steps} == {False, True}
+    assert all(len({a["D"], a["Dk"], a["Dv"]}) == 3 for a in steps)
     samples = [c.args for c in checks.get_task("7.4").public_cases]
     assert all(a["T"] + a["new"] > a["block_size"] + 1 for a in samples)
     assert any(a["T"] > a["block_size"] for a in samples)
@@ -690,7 +826,7 @@ def test_the_public_cases_let_the_mistakes_show():
 
 
 def test_inputs_are_reproducible_and_fresh():
-    for task_id in ("7.2", "7.3"):
+    for task_id in ("7.2",):
         task = checks.get_task(task_id)
         case = task.cases[1]
         first, second = task.build_args(case.args), task.build_args(case.args)
@@ -726,8 +862,9 @@ def test_the_norms_and_sublayers_are_distinct_and_seeded():
 
 
 def test_references_agree_with_torch():
-    """7.2 and 7.3's references equal torch's layers holding the same weights (post-norm and
-    pre-norm; torch's masks are True = NOT allowed); 7.1's the formula; 7.4's a hand loop."""
+    """7.2's reference equals torch's layer holding the same weights (post-norm and pre-norm;
+    torch's masks are True = NOT allowed); 7.3's torch's attention over the cache and the new
+    position; 7.1's the formula; 7.4's a hand loop."""
     for case in all_cases(checks.get_task("7.2")):
         x, self_attn, ff, norm1, norm2, norm_first, mask = _inputs(
             "7.2", type(case)(case.name, 1, {**case.args, "dtype": "float64"}))
@@ -755,27 +892,14 @@ def test_references_agree_with_torch():
             expected = ref(x, src_mask=torch_mask)
         torch.testing.assert_close(ch07.encoder_block(x, self_attn, ff, norm1, norm2,
                                                       norm_first, mask), expected)
-    for case in all_cases(checks.get_task("7.3")):
-        args = _inputs("7.3", type(case)(case.name, 1, {**case.args, "dtype": "float64"}))
-        x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3, memory_mask = args
-        D, H = x.shape[-1], self_attn.n_heads
-        torch.manual_seed(0)
-        ref = nn.TransformerDecoderLayer(D, H, ff[0].out_features, dropout=0.0,
-                                         activation=case.args["activation"],
-                                         batch_first=True, norm_first=True).double()
-        state = {"linear1.weight": ff[0].weight, "linear1.bias": ff[0].bias,
-                 "linear2.weight": ff[2].weight, "linear2.bias": ff[2].bias}
-        for prefix, module in (("self_attn", self_attn), ("multihead_attn", cross_attn),
-                               ("norm1", norm1), ("norm2", norm2), ("norm3", norm3)):
-            state |= {f"{prefix}.{k}": v for k, v in module.state_dict().items()}
-        ref.load_state_dict(state)
-        ref.train()
-        T = x.shape[1]
-        padding = None if memory_mask is None else ~memory_mask[:, 0, 0, :]  # (B, S)
-        with torch.no_grad():
-            expected = ref(x, memory, tgt_mask=~torch.ones(T, T, dtype=torch.bool).tril(),
-                           memory_key_padding_mask=padding)
-        torch.testing.assert_close(ch07.decoder_block(*args), expected)
+    for case in all_cases(checks.get_task("7.3")):  # one step = the last row of attention
+        x_t, w_q, w_k, w_v, cache_k, cache_v = _inputs("7.3", case)
+        out, keys, values = ch07.attention_step(x_t, w_q, w_k, w_v, cache_k, cache_v)
+        q = (x_t @ w_q.T)[:, None, :]  # (B, 1, Dk)
+        expected = F.scaled_dot_product_attention(q, keys, values)[:, 0]
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(keys[:, :-1], cache_k)
+        torch.testing.assert_close(values[:, -1], x_t @ w_v.T)
     for case in all_cases(checks.get_task("7.1")):
         x, w1, b1, w2, b2, activation = _inputs("7.1", case)
         act = {"relu": torch.relu, "gelu": F.gelu}[activation]
@@ -819,11 +943,10 @@ def test_the_variant_mistakes_show_in_every_case():
     for func in (block_no_attention_residual, block_no_ff_residual, block_never_normalises,
                  block_norms_swapped):
         assert run_task("7.2", func, hidden=True).points == 0, func.__name__
-    result = run_task("7.3", decoder_not_causal, hidden=True)
-    passed = {c.name for c in result.cases if c.status == "passed"}
-    assert passed == {"hidden: one target position"}
-    for func in (decoder_kv_from_decoder, decoder_normalises_memory, decoder_post_norm):
-        assert run_task("7.3", func).points == 0, func.__name__
+    result = run_task("7.3", step_unscaled, hidden=True)  # one key: its weight is 1 anyway
+    assert [c.status == "passed" for c in result.cases] == [
+        case.args["P"] == 0 for case in all_cases(checks.get_task("7.3"))]
+    assert run_task("7.3", step_query_and_key_swapped, hidden=True).points == 0
 
 
 def test_the_residual_of_the_normalised_input_is_a_pre_norm_mistake_only():
@@ -837,43 +960,23 @@ def test_the_residual_of_the_normalised_input_is_a_pre_norm_mistake_only():
 
 
 def test_the_mask_mistakes_show_only_where_there_is_a_mask():
-    for task_id, func, key in (("7.2", block_ignores_mask, "mask"),
-                               ("7.3", decoder_ignores_memory_mask, "memory_mask")):
+    for task_id, func, key in (("7.2", block_ignores_mask, "mask"),):
         result = run_task(task_id, func, hidden=True)
         task = checks.get_task(task_id)
         assert [c.status == "passed" for c in result.cases] == [
             case.args[key] is None for case in all_cases(task)], func.__name__
 
 
-def test_the_decoder_sources_are_named_where_the_shapes_let_them_run():
-    """Keys and values from the decoder run where there is no memory mask (or T = S) and are
-    named; values alone from the decoder, or queries from memory, need T = S and otherwise
-    crash with a hint saying where keys, values and queries come from."""
-    task = checks.get_task("7.3")
-    result = run_task("7.3", decoder_kv_from_decoder)
-    for case, res in zip(task.public_cases, result.cases, strict=True):
-        if case.args["memory_mask"] is None or case.args["T"] == case.args["S"]:
-            assert res.message.startswith(ch07.HINT_KV_FROM_DECODER), case.name
-        else:
-            assert res.status == "error" and "raised ValueError" in res.message
-    for func, hint in ((decoder_values_from_decoder, ch07.HINT_KV_FROM_DECODER),
-                       (decoder_queries_from_memory, ch07.HINT_QUERIES_FROM_MEMORY)):
-        result = run_task("7.3", func)
-        for case, res in zip(task.public_cases, result.cases, strict=True):
-            if case.args["T"] == case.args["S"]:
-                assert res.message.startswith(hint), (func.__name__, case.name)
-            else:
-                assert res.status == "error", (func.__name__, case.name)
-                assert "both come from memory" in res.message or "from the decoder" in res.message
 
 
-def test_the_hidden_diagonal_gives_nan_and_is_named():
-    task = checks.get_task("7.3")
-    case = task.cases[0]
-    plain = checks.student_output(task, case, decoder_hides_the_diagonal)
-    assert any(math.isnan(v) for v in plain["data"])
-    result = checks.grade_output(task, case, json.loads(json.dumps(plain)))
-    assert result.message.startswith(ch07.HINT_CAUSAL_DIAGONAL)
+def test_a_step_over_the_cache_only_is_named():
+    """Attending over the old cache only: an empty cache gives NaN or nothing; a cache of P
+    positions gives the hint that the new position attends to itself too."""
+    result = run_task("7.3", step_cache_only, hidden=True)
+    for case in result.cases:
+        if case.status != "passed":
+            assert ch07.HINT_STEP_CACHE_ONLY in case.message or "NaN" in case.message or (
+                case.message.startswith(ch07.HINT_STEP_GENERIC)), case.message
 
 
 def test_an_uncropped_context_fails_loudly_or_is_named():
@@ -960,15 +1063,16 @@ def test_dtype_mismatch_is_named_in_the_float64_case():
 
 
 def test_a_crash_on_an_edge_case_costs_only_that_case():
-    def no_single_source(x, memory, *rest):
-        if memory.shape[1] == 1:
-            raise IndexError("index 1 is out of bounds")
-        return decoder_block(x, memory, *rest)
+    def no_empty_cache(x_t, w_q, w_k, w_v, cache_k, cache_v):
+        if cache_k.shape[1] == 0:
+            raise IndexError("index 0 is out of bounds")
+        return attention_step(x_t, w_q, w_k, w_v, cache_k, cache_v)
 
-    result = run_task("7.3", no_single_source, hidden=True)
+    result = run_task("7.3", no_empty_cache, hidden=True)
     bad = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in bad] == ["hidden: one source position"]
-    assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
+    assert [case.name for case in bad] == ["an empty cache: the first position",
+                                           "hidden: an empty cache"]
+    assert bad[1].status == "error" and bad[1].message.startswith("raised IndexError.")
 
 
 def test_exceptions_become_errors_with_hints():
@@ -998,8 +1102,8 @@ def test_a_changed_prompt_is_named():
 
 def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
     def as_view(*args):
-        out = decoder_block(*args)
-        return torch.cat([out, out], dim=-1)[..., : out.shape[-1]]
+        out, keys, values = attention_step(*args)
+        return torch.cat([out, out], dim=-1)[..., : out.shape[-1]], keys, values
 
     def int32_tokens(*args):
         return sample(*args).int()
@@ -1045,6 +1149,12 @@ def test_the_student_may_call_the_modules_it_is_given():
         return lm.generate(model, idx, n, temperature=temperature, top_k=top_k,
                            generator=generator, block_size=block_size)
 
+    def package_attention(x_t, w_q, w_k, w_v, cache_k, cache_v):
+        keys = torch.cat([cache_k, (x_t @ w_k.T)[:, None]], dim=1)
+        values = torch.cat([cache_v, (x_t @ w_v.T)[:, None]], dim=1)
+        out = F.scaled_dot_product_attention((x_t @ w_q.T)[:, None], keys, values)[:, 0]
+        return out, keys, values
+
     def package_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
         layer = tf.TransformerEncoderLayer(x.shape[-1], self_attn.n_heads, ff[0].out_features,
                                            norm_first=norm_first)
@@ -1052,7 +1162,8 @@ def test_the_student_may_call_the_modules_it_is_given():
 
     for task_id, func, shortcut, called in (
         ("7.2", block_functional, package_block, "coursepkg.transformer"),
-        ("7.3", decoder_package_mask, decoder_square_subsequent_mask, "torch.nn.Transformer"),
+        ("7.3", attention_step, package_attention,
+         "torch.nn.functional.scaled_dot_product_attention"),
         ("7.4", sample, package_sampler, "coursepkg.lm"),
     ):
         task = checks.get_task(task_id)
@@ -1073,3 +1184,81 @@ def test_the_student_may_call_the_modules_it_is_given():
 def test_check_a_function_that_raises(capsys):
     out = check_output(capsys, "7.4", sample_not_cropped)
     assert "ERROR [0/1]" in out and "raised ValueError: a learned positional embedding" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# 7.5: the capstone's target, bands, held-out data and budget
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_reference_training_meets_the_target_on_three_seeds():
+    """fit_transformer_lm (the instructor's training, about 5 s of CPU on one thread, a twelfth
+    of the budget on an idle machine) reaches full marks on 3 seeds and 3 held-out stretches;
+    the same model untrained is far from any band."""
+    _, train_ids = ch07.char_train_split()
+    config = ch07.capstone_config()
+    for seed in (0, 1, 2):
+        held_out = ch07.capstone_held_out({"seed": seed, "_heldout": 500 + seed})
+        model = ch07.fit_transformer_lm(train_ids, config, seed)
+        nats = ch07.held_out_nats(model.state_dict(), held_out)
+        assert nats <= ch07.CAPSTONE_BANDS[0][0] - 0.05, (seed, nats)
+    assert ch07.held_out_nats(untrained(train_ids, config, 0).state_dict(), held_out) > 4.0
+
+
+def test_the_capstone_s_data_the_student_gets_and_the_grader_keeps():
+    """The student gets a copy of the training ids (never the held-out seed); the held-out text
+    is a stretch of the test split, the same for the same seed, another for another."""
+    task = checks.get_task("7.5")
+    case = task.cases[0]
+    train_ids, config, seed = task.build_args(checks.student_args(case.args))
+    assert seed == case.args["seed"] and config == ch07.capstone_config()
+    assert train_ids is not ch07.char_train_split()[1]
+    assert torch.equal(train_ids, ch07.char_train_split()[1])
+    first, again = ch07.capstone_held_out(case.args), ch07.capstone_held_out(case.args)
+    other = ch07.capstone_held_out({**case.args, "_heldout": case.args["_heldout"] + 1})
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert len(first) == ch07.CAPSTONE_HELD_OUT + 1
+    test_ids = ch07.char_test_ids()
+    start = int((test_ids.unfold(0, len(first), 1) == first).all(dim=1).nonzero()[0])
+    assert torch.equal(test_ids[start:start + len(first)], first)
+    assert "_heldout" not in checks.student_args(case.args)
+    assert task.time_limit == ch07.CAPSTONE_TIME_LIMIT and task.kind == "train"
+    assert task.private_files and task.private_files[0].endswith("texts")
+
+
+def test_the_capstone_s_bands_and_its_score_in_the_message():
+    """A partial band earns its fraction; a public case's message gives the score in a form a
+    class report can parse, a hidden case's the hint alone."""
+    task = checks.get_task("7.5")
+    public = task.cases[0]
+    plain = json.loads(json.dumps(checks.student_output(task, public, too_few_steps)))
+    result = checks.grade_output(task, public, plain)
+    assert result.status in ("partial", "failed")
+    score = re.search(r"held-out (\d\.\d{3}) nats/char \(1 of the points at <= ", result.message)
+    assert score, result.message
+    fraction = next((f for limit, f in ch07.CAPSTONE_BANDS if float(score[1]) <= limit), 0.0)
+    assert result.points == pytest.approx(fraction * public.points, abs=0.01)
+    hidden = checks.grade_output(task, checks.Case("hidden: x", 1, public.args, hidden=True),
+                                 plain)
+    assert hidden.message in (ch07.HINT_CAPSTONE_PARTIAL, ch07.HINT_CAPSTONE_FAR)
+
+
+def test_the_warm_up_forgets_the_corpus():
+    """The fork server's warm-up keeps the training ids and empties the corpus's caches, so no
+    child inherits the test split's text."""
+    ch07.char_train_split()
+    ch07.data.shakespeare()
+    checks.get_task("7.5").warm()
+    assert ch07.char_train_split.cache_info().currsize == 1
+    assert ch07.data.shakespeare.cache_info().currsize == 0
+
+
+def test_the_chapter_s_shares_of_points():
+    """Formula tasks at most a third of the points; an extension, a train, a debug task and
+    questions; no task's reference is a function whose body the chapter page shows (7.2's is
+    the package's layer, but the task is a debug task whose starter the student fixes)."""
+    shares = checks.points_by_kind("07_transformer")
+    total = sum(shares.values())
+    assert shares["formula"] <= total / 3
+    assert all(shares[kind] > 0 for kind in ("extension", "train", "debug", "question"))
+    assert shares["train"] >= shares["formula"] / 2

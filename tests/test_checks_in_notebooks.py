@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from checks_support import check_output, run_task
 from test_checks_01 import count_ngrams_alt
-from test_checks_02 import elman_step
-from test_checks_03 import masked_attention
-from test_checks_04 import scaled_dot_product_attention
+from test_checks_02 import gru_layer
+from test_checks_03 import general_attention
+from test_checks_04 import causal_self_attention, local_mask
 from test_checks_07 import sample
 
 from coursepkg import checks, course
@@ -31,30 +31,20 @@ CHECKS = Path(checks.__file__).parent
 # ---------------------------------------------------------------------------------------------
 
 
-def sdpa_scales_q_in_place(q, k, v, mask=None):
-    """The issue's example: right whenever q, k and v are three tensors."""
-    q /= math.sqrt(q.shape[-1])
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+def head_scales_w_q_in_place(x, w_q, w_k, w_v):
+    """Folds the division by sqrt(d_k) into the query weights: the right numbers, but the
+    caller's w_q is changed."""
+    w_q /= math.sqrt(w_q.shape[0])
+    return causal_self_attention(x, w_q * math.sqrt(w_q.shape[0]), w_k, w_v)
 
 
-def test_scaling_q_in_place_loses_points_where_q_is_k_is_v():
-    result = run_task("4.2", sdpa_scales_q_in_place, hidden=True)
+def test_scaling_a_weight_in_place_loses_every_point():
+    result = run_task("4.3", head_scales_w_q_in_place, hidden=True)
     assert result.points == 0 and {case.status for case in result.cases} == {"failed"}
     public = [case for case in result.cases if not case.hidden]
-    assert all(case.message.startswith("Your function changed its input q in place")
+    assert all(case.message.startswith("Your function changed its input w_q in place")
                for case in public)
     assert all(case.message.endswith("The grader gives 0 for this.") for case in result.cases)
-    # where q is k is v the numbers are wrong too: the copy of k and v was scaled with q
-    task, case = checks.get_task("4.2"), checks.get_task("4.2").cases[-1]
-    assert case.args["self_attention"]
-    q, k, v, mask = task.build_args(case.args)
-    assert q is k is v
-    plain = task.to_plain(sdpa_scales_q_in_place(q, k, v, mask))
-    assert checks.grade_output(task, case, plain).status == "failed"
 
 
 def test_the_private_copy_keeps_the_inputs_aliasing():
@@ -68,16 +58,12 @@ def test_the_private_copy_keeps_the_inputs_aliasing():
 
 
 def test_a_changed_input_is_named_by_the_function_s_own_parameter_name():
-    def run_rnn(x, h_start, weight_ih, weight_hh, bias_ih, bias_hh):
-        h = h_start
-        states = []
-        for t in range(x.shape[1]):
-            h = elman_step(x[:, t], h, weight_ih, weight_hh, bias_ih, bias_hh)
-            states.append(h)
+    def run_gru(x, h_start, weight_ih, weight_hh, bias_ih, bias_hh):
+        outputs, h = gru_layer(x, h_start, weight_ih, weight_hh, bias_ih, bias_hh)
         h_start.copy_(h)  # "keep the state for the next chunk"
-        return torch.stack(states, dim=1), h
+        return outputs, h
 
-    result = run_task("2.2", run_rnn, hidden=True)
+    result = run_task("2.2", run_gru, hidden=True)
     assert result.points == 0
     assert result.cases[0].message.startswith("Your function changed its input h_start in place")
     assert result.cases[-1].message == core._HIDDEN_INPUT_CHANGED
@@ -128,11 +114,11 @@ def test_drawing_from_the_generator_given_is_no_change_of_an_input():
 
 
 def test_check_prints_the_changed_input(capsys):
-    out = check_output(capsys, "4.2", sdpa_scales_q_in_place)
-    assert out.startswith("Task 4.2 scaled_dot_product_attention: 0/7 points\n")
-    assert "  FAIL  [0/1] no mask; 3 queries, 5 keys, Dk = 4, Dv = 6: Your function changed " \
-           "its input q in place" in out
-    assert out.count("The grader gives 0 for this.") == 7
+    out = check_output(capsys, "4.3", head_scales_w_q_in_place)
+    assert out.startswith("Task 4.3 causal_self_attention: 0/3 points\n")
+    assert "  FAIL  [0/1] 2 sequences of 5; D = 6, Dk = Dv = 4: Your function changed " \
+           "its input w_q in place" in out
+    assert out.count("The grader gives 0 for this.") == 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,15 +126,16 @@ def test_check_prints_the_changed_input(capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-def sdpa_with_torch(q, k, v, mask=None):
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return out, scaled_dot_product_attention(q, k, v, mask)[1]
+def head_with_torch(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out, causal_self_attention(x, w_q, w_k, w_v)[1]
 
 
 def test_a_forbidden_call_fails_the_check_cell_with_the_grader_s_message(capsys):
-    out = check_output(capsys, "4.2", sdpa_with_torch)
+    out = check_output(capsys, "4.3", head_with_torch)
     lines = out.splitlines()
-    assert lines[0] == "Task 4.2 scaled_dot_product_attention: 0/7 points"
+    assert lines[0] == "Task 4.3 causal_self_attention: 0/3 points"
     assert all(line.startswith("  FAIL  [0/1] ") and "forbidden: you called torch.nn."
                "functional.scaled_dot_product_attention" in line and "the grader gives 0" in line
                for line in lines[1:-1]), out
@@ -166,8 +153,8 @@ def test_a_function_that_is_itself_forbidden_fails_every_case():
 def test_the_check_cell_and_the_grader_say_the_same():
     from coursepkg.checks.forbidden import forbidden_message
 
-    task = checks.get_task("4.2")
-    result = checks.evaluate_case(task, task.cases[0], sdpa_with_torch,
+    task = checks.get_task("4.3")
+    result = checks.evaluate_case(task, task.cases[0], head_with_torch,
                                   tripwire=checks.tripwire_for(task))
     assert result == checks.forbidden_result(task.cases[0], "torch.nn.functional."
                                              "scaled_dot_product_attention")
@@ -180,43 +167,36 @@ def test_the_check_cell_and_the_grader_say_the_same():
 # ---------------------------------------------------------------------------------------------
 
 
-def sdpa_transpose_1_2(q, k, v, mask=None):
-    """Right for (B, T, Dk) inputs only."""
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+def local_mask_from_lengths(keep, window):
+    """Right for right padding only: a length per sequence."""
+    lengths = keep.sum(dim=1, keepdim=True)
+    return local_mask(torch.arange(keep.shape[1])[None, :] < lengths, window)
 
 
-def test_any_leading_dims_are_tested_in_public():
-    """Task 4.2 promises any leading dims and names the (B, 1, 1, S) mask of (B, H, T, S)
-    scores: a public case has both, so counting dims from the front shows publicly."""
+def test_padding_anywhere_is_tested_in_public():
+    """Task 4.2 says padding may be at the end, at the start or anywhere: a public case is
+    left-padded, so a mask built from lengths shows publicly."""
     task = checks.get_task("4.2")
-    assert any(len(case.args["lead"]) == 2 and case.args["mask"] is not None
-               and len(torch.tensor(case.args["mask"]).shape) == 4 for case in task.cases)
-    result = run_task("4.2", sdpa_transpose_1_2)
+    assert any(not row[0] and row[-1] for case in task.cases for row in case.args["keep"])
+    result = run_task("4.2", local_mask_from_lengths)
     assert result.points < result.max_points
 
 
 def test_the_chapters_own_aliased_calls_are_public_cases():
-    """Chapter 4 calls attention as f(x, x, x), chapter 3 as attend(query, keys, keys), chapter
-    5 its layer as mha(x, x, x): each has a public case that passes one tensor several times."""
-    sdpa = checks.get_task("4.2")
-    q, k, v, _ = sdpa.build_args(sdpa.cases[-1].args)
-    assert q is k is v
-    attend = checks.get_task("3.2")
-    _, keys, values, _, _ = attend.build_args(attend.cases[-1].args)
+    """Chapter 3 calls attention as attend(query, keys, keys), chapter 5 its layer as
+    mha(x, x, x): each has a public case that passes one tensor several times."""
+    attend = checks.get_task("3.1")
+    _, keys, values, _, _ = attend.build_args(attend.cases[1].args)
     assert keys is values
     mha = checks.get_task("5.3")
     assert any(args[0] is args[1] is args[2]
                for args in (mha.build_args(case.args) for case in mha.cases))
     # scaling the keys in place there changes the values too
-    def scale_keys(query, keys, values, mask, scale):
-        keys *= scale
-        return masked_attention(query, keys, values, mask, 1.0)
+    def scale_keys(query, keys, values, mask, w):
+        keys *= 0.5
+        return general_attention(query, keys, values, mask, 2.0 * w)
 
-    assert run_task("3.2", scale_keys).cases[-1].status == "failed"
+    assert run_task("3.1", scale_keys).cases[1].status == "failed"
 
 
 def test_an_empty_sentence_and_a_unigram_context_are_public():

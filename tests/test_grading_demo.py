@@ -7,7 +7,7 @@ import pytest
 from checks_support import TEST_SECRET
 
 from coursepkg.checks import tasks_for
-from coursepkg.grading.demo import PLANTED, write_demo
+from coursepkg.grading.demo import PLANTED, unfixed, write_demo, wrong_answer
 from coursepkg.grading.grader import grade
 from coursepkg.grading.sandbox import Limits
 
@@ -18,32 +18,38 @@ EXPECTED_01 = {
     "ada-forgets-eos": ({"count_ngrams"}, ["'</s>'"]),
     "ben-joint-probability": ({"mle_prob"}, ["joint"]),
     "cy-forgets-k-times-v": ({"add_k_prob"}, ["k * |V|"]),
-    "dee-log10-perplexity": ({"perplexity"}, ["base of the logarithm"]),
+    "dee-leaves-the-bugs": ({"perplexity"}, ["read as '<unk>'"], {"perplexity": 0}),
+    "eve-raw-counts-below-the-top": ({"kneser_ney_prob"}, ["continuation count"]),
+    "fay-witten-bell-backs-off": ({"witten_bell_prob"}, ["Interpolate, do not back off"]),
+    "gus-counts-repeated-bigrams": ({"distinct_bigrams"}, ["count each different pair once"],
+                                    {"distinct_bigrams": 0}),
+    "hal-trains-too-briefly": ({"train_bigram"}, ["Partial credit: the table is still learning"]),
 }
 
 
 # Chapter 2: student -> (the tasks the planted mistake costs, words their feedback must hold).
-# A wrong elman_step also costs run_rnn, which calls it; the feedback of run_rnn says so.
 EXPECTED_02 = {
-    "ada-forgets-the-bias": (
-        {"elman_step", "run_rnn"}, ["Add the biases", "The loop is right but the step is not"]
-    ),
-    "ben-feeds-h0-every-step": ({"run_rnn"}, ["instead of passing h0 to every step"]),
-    "cy-textbook-gate-order": ({"lstm_step"}, ["torch's order i, f, g, o"]),
-    "dee-pools-the-padding": (
-        {"pool_outputs"}, ["not T - 1", "Padding is included in your mean",
-                           "Padding is included in your max"]
-    ),
+    "ada-transposes-the-jacobian": ({"bptt_gradients"}, ["not through its transpose"]),
+    "ben-resets-before-the-product": ({"gru_layer"}, ["That is the GRU of Cho et al. (2014)"]),
+    "cy-trains-ten-steps": ({"train_ab_acceptor"}, ["held-out accuracy"]),
+    "dee-leaves-the-bugs": ({"train_tbptt"}, ["Bugs left to fix:", "The targets are the NEXT"]),
+    "eve-counts-one-bias": ({"lstm_parameter_count"}, ["how many bias vectors"], {
+        "lstm_parameter_count": 0}),
 }
 
 
 CHAPTER_2_SHORTCUTS = '''
 import torch
-from coursepkg.rnn import elman_step
+from coursepkg.checks.ch02_rnn import train_ab_acceptor as course_training
 
 
-def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
-    model = torch.nn.RNN(x.shape[-1], h0.shape[-1], batch_first=True).to(x.dtype)
+def bptt_gradients(states, weight_hh, grad_last):
+    states = states.detach().requires_grad_()
+    return torch.autograd.grad((states[:, -1] * grad_last).sum(), states)[0]
+
+
+def gru_layer(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    model = torch.nn.GRU(x.shape[-1], h0.shape[-1], batch_first=True).to(x.dtype)
     with torch.no_grad():
         for name, value in zip(["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"],
                                [weight_ih, weight_hh, bias_ih, bias_hh]):
@@ -52,64 +58,51 @@ def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
     return out, h_n[0]
 
 
-def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
-    return torch._VF.lstm_cell(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh)
+def train_ab_acceptor(x, y, seed):
+    return course_training(x, y, seed)
 
 
-def pool_outputs(out, lengths, how):  # allowed: tensor methods such as split
-    rows = []
-    for row, n in zip(out.split(1), lengths.tolist()):
-        real = row[0, :n]
-        rows.append({"last": real[-1], "mean": real.mean(0), "max": real.amax(0)}[how])
-    return torch.stack(rows)
+def lstm_parameter_count():  # allowed: torch's own module, counted
+    return sum(p.numel() for p in torch.nn.LSTM(10, 32).parameters())
 '''
 
 
 # Chapter 3: student -> (the tasks the planted mistake costs, words their feedback must hold).
-# A wrong masked_attention also costs decoder_step, which calls it; the feedback of the step
-# says so. The grader's ast use is serialised now, so two jobs are safe.
 EXPECTED_03 = {
-    "ada-softmax-over-the-batch": ({"attention_weights"}, ["normalises over the batch (dim=0)"]),
-    "ben-masks-after-the-softmax": (
-        {"masked_attention", "decoder_step"},
-        ["Mask BEFORE the softmax", "The step is wired right but the attention in it is not"],
-    ),
-    "cy-forgets-tanh": ({"additive_scores"}, ["Apply tanh to the sum"]),
-    "dee-forgets-the-context": (
-        {"decoder_step"}, ["raised RuntimeError", "torch.cat([embedding, context], dim=-1)"]
-    ),
+    "ada-masks-with-zero": ({"general_attention"}, ["A score of 0 is not 'never'"]),
+    "ben-pools-the-hidden-vectors": ({"attention_pool"}, ["Average the STATES"]),
+    "cy-leaves-the-bugs": ({"padded_attention"}, ["Several bugs are still there"],
+                           {"padded_attention": 0}),
+    "dee-fixes-two-bugs": ({"padded_attention"}, ["The mask lets one padding position in"],
+                           {"padded_attention": 0}),
+    "eve-trains-too-little": ({"train_marker"}, ["Partial credit"]),
+    "fay-counts-the-real-positions": ({"decoder_weights_count"}, ["The batch is padded"],
+                                      {"decoder_weights_count": 0}),
 }
 
 
 CHAPTER_3_SHORTCUTS = '''
 import torch
 import torch.nn.functional as F
-from coursepkg.attention import additive_scores as package_scores
+from coursepkg.attention import attend
 
 
-def attention_weights(query, keys, scale):  # allowed: torch.softmax and einsum
-    return torch.einsum("bsd,bd->bs", keys, query).mul(scale).softmax(dim=-1)
+def general_attention(query, keys, values, mask, w):
+    context = F.scaled_dot_product_attention((query @ w)[:, None], keys, values,
+                                             attn_mask=mask[:, None], scale=1.0)[:, 0]
+    scores = torch.einsum("bq,qk,bsk->bs", query, w, keys)
+    return context, scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 
 
-def masked_attention(query, keys, values, mask, scale):
-    context = F.scaled_dot_product_attention(query[:, None], keys, values,
-                                             attn_mask=mask[:, None], scale=scale)[:, 0]
-    return context, attention_weights(query, keys, scale)
-
-
-def additive_scores(query, keys, w_q, w_k, v, bias):
-    return package_scores(query, keys, w_q, w_k, v, bias)
-
-
-def decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params):
-    h_prev, c_prev = state
-    keys = encoder_states @ key_proj.T
-    scores = (keys @ h_prev[:, :, None])[..., 0] / h_prev.shape[-1] ** 0.5
+def attention_pool(states, mask, w, b, u):  # allowed: torch's own operations
+    scores = torch.einsum("bsa,a->bs", torch.tanh(F.linear(states, w, b)), u)
     weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    context = (weights[:, None] @ encoder_states)[:, 0]
-    x_t = torch.cat([embedding, context], dim=-1)
-    h_t, c_t = torch.lstm_cell(x_t, (h_prev, c_prev), *lstm_params)
-    return h_t, c_t, context, weights
+    return torch.einsum("bs,bsd->bd", weights, states), weights
+
+
+def padded_attention(query, keys, values, lengths):
+    mask = torch.arange(keys.shape[1])[None, :] < lengths[:, None]
+    return attend(query, keys, values, mask, scale=query.shape[-1] ** -0.5)
 '''
 
 
@@ -118,23 +111,22 @@ def decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params):
 # says which part is wrong.
 EXPECTED_04 = {
     "ada-forgets-sqrt-dk": ({"qkv_scores"}, ["Divide the scores by sqrt(d_k)"]),
-    "ben-softmax-over-the-queries": (
-        {"scaled_dot_product_attention", "self_attention"},
-        ["normalises over the queries (dim=-2)", "The projections are right but the attention"],
-    ),
-    "cy-hides-the-diagonal": (
-        {"causal_mask", "self_attention"},
-        ["A position may attend to itself", "wired right but its causal mask is not"],
-    ),
-    "dee-minus-1e9": ({"scaled_dot_product_attention"}, ["not a large finite number"]),
-    "eve-ignores-causal": ({"self_attention"}, ["With causal=True"]),
+    "ben-empty-padding-rows": ({"local_mask"}, ["A padding query must still attend to"]),
+    "cy-leaves-the-bugs": ({"causal_self_attention"}, ["Several bugs are still there:"],
+                           {"causal_self_attention": 0}),
+    "dee-fixes-three-bugs": ({"causal_self_attention"}, ["The mask leaks the future"],
+                             {"causal_self_attention": 0}),
+    "eve-trains-too-little": ({"train_recall"}, ["Partial credit"]),
+    "fay-forgets-zero-grad": ({"train_recall"}, ["confident but wrong"], {"train_recall": 0}),
+    "gus-counts-every-score": ({"causal_scores_kept"}, ["That counts every score"],
+                               {"causal_scores_kept": 0}),
 }
 
 
 CHAPTER_4_SHORTCUTS = '''
 import torch
 import torch.nn.functional as F
-from coursepkg.self_attention import SelfAttention
+from coursepkg.self_attention import SelfAttention, causal_mask
 
 
 def qkv_scores(x, w_q, w_k, w_v):  # allowed: F.linear and einsum
@@ -142,20 +134,12 @@ def qkv_scores(x, w_q, w_k, w_v):  # allowed: F.linear and einsum
     return q, k, v, torch.einsum("btd,bsd->bts", q, k) / q.shape[-1] ** 0.5
 
 
-def scaled_dot_product_attention(q, k, v, mask=None):
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return out, scores.softmax(dim=-1)
+def local_mask(keep, window):  # the book's causal mask
+    return causal_mask(keep.shape[1]) & keep[:, None, :]
 
 
-def causal_mask(T):
-    return torch.nn.Transformer.generate_square_subsequent_mask(T) == 0
-
-
-def self_attention(x, w_q, w_k, w_v, causal=False):
-    layer = SelfAttention(x.shape[-1], w_q.shape[0], w_v.shape[0], causal=causal).to(x.dtype)
+def causal_self_attention(x, w_q, w_k, w_v):  # the book's layer
+    layer = SelfAttention(x.shape[-1], w_q.shape[0], w_v.shape[0], causal=True).to(x.dtype)
     layer.load_state_dict({"w_q.weight": w_q, "w_k.weight": w_k, "w_v.weight": w_v})
     with torch.no_grad():
         return layer(x)
@@ -320,7 +304,11 @@ EXPECTED_07 = {
         {"encoder_block"}, ["the feed-forward sublayer is not", "Add the residual"]
     ),
     "cy-always-post-norm": ({"encoder_block"}, ["norm_first=True asks for the pre-norm block"]),
-    "dee-keys-from-the-decoder": ({"decoder_block"}, ["BOTH the keys and the values"]),
+    "dee-leaves-the-bugs": ({"encoder_block"}, ["sublayer is not"]),
+    "gus-forgets-the-scale": ({"attention_step"}, ["Scale the scores by 1 / sqrt(d_k)"]),
+    "hal-predicts-the-input": ({"train_transformer_lm"}, ["worse than a uniform guess"]),
+    "ivy-counts-no-biases": ({"capstone_parameters"}, ["Or ask the model itself"]),
+    "jo-answers-in-bits": ({"uniform_nats"}, ["the size of the tokenizer's vocabulary"]),
     "eve-forgets-to-crop": (
         {"sample"}, ["raised ValueError", "Crop the context to the last block_size tokens"]
     ),
@@ -332,9 +320,9 @@ EXPECTED_07 = {
 # given (a coursepkg.transformer.TransformerLM), but not the package's layers or sampler.
 CHAPTER_7_SHORTCUTS = '''
 import torch
+from coursepkg import lm
 from coursepkg.lm import generate
-from coursepkg.self_attention import causal_mask
-from coursepkg.transformer import FeedForward
+from coursepkg.transformer import FeedForward, TransformerLM
 
 
 def feed_forward(x, w1, b1, w2, b2, activation="relu"):
@@ -351,13 +339,18 @@ def encoder_block(x, self_attn, ff, norm1, norm2, norm_first=False, mask=None):
     return layer(x)
 
 
-def decoder_block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                  memory_mask=None):  # allowed: chapter 4's causal_mask, the given modules
-    h = norm1(x)
-    x = x + self_attn(h, h, h, causal_mask(x.shape[1]))[0]
-    h = norm2(x)
-    x = x + cross_attn(h, memory, memory, memory_mask)[0]
-    return x + ff(norm3(x))
+def attention_step(x_t, w_q, w_k, w_v, cache_k, cache_v):  # allowed: written out
+    keys = torch.cat([cache_k, (x_t @ w_k.T)[:, None]], dim=1)
+    values = torch.cat([cache_v, (x_t @ w_v.T)[:, None]], dim=1)
+    scores = torch.einsum("bd,bpd->bp", x_t @ w_q.T, keys) / w_q.shape[0] ** 0.5
+    return torch.einsum("bp,bpd->bd", torch.softmax(scores, -1), values), keys, values
+
+
+def train_transformer_lm(train_ids, config, seed):  # the book's loop, lm.train
+    model = TransformerLM(config)
+    lm.train(model, train_ids, steps=200, batch_size=16, block_size=config.block_size,
+             lr=1e-2, warmup=20, seed=seed, progress=False)
+    return model
 
 
 def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
@@ -381,8 +374,9 @@ EXPECTED = {
 @pytest.mark.parametrize("assignment", list(EXPECTED))
 def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     """`make grade-demo`: the solution gets full marks, the untouched exercise zero with "not
-    attempted", each planted mistake loses points exactly where expected, with feedback that
-    names the mistake; the gradebook has one column per task."""
+    attempted" (a debug task's untouched starter code: "failed"), each planted mistake loses
+    points exactly where expected (exactly the points its entry gives, when it gives them),
+    with feedback that names the mistake; the gradebook has one column per task."""
     expected = EXPECTED[assignment]
     assert set(expected) == set(PLANTED[assignment])
     write_demo(assignment, ROOT, tmp_path / "subs")
@@ -397,21 +391,26 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     maxima = [t["max_points"] for t in solution]
     assert [t["points"] for t in solution] == maxima
     total = f"{sum(maxima):g}"
-    assert {t["status"] for t in records["ed-untouched"]["tasks"]} == {"not attempted"}
+    untouched = {t.func_name: "failed" if t.kind == "debug" else "not attempted" for t in tasks}
+    assert {t["func_name"]: t["status"] for t in records["ed-untouched"]["tasks"]} == untouched
     assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
+    overall = "failed" if "failed" in untouched.values() else "not attempted"
     gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
     assert gradebook[0].startswith(
         "student,file," + ",".join(f"{t.id} {t.func_name}" for t in tasks) + ","
     )
     zeros = ",".join("0" for _ in tasks)
-    assert f"ed-untouched,ed-untouched.ipynb,{zeros},0,{total},not attempted" in gradebook
+    assert f"ed-untouched,ed-untouched.ipynb,{zeros},0,{total},{overall}" in gradebook
     full = ",".join(f"{m:g}" for m in maxima)
     assert f"sol-full-marks,sol-full-marks.ipynb,{full},{total},{total},passed" in gradebook
-    for student, (costs, words) in expected.items():
+    for student, (costs, words, *scores) in expected.items():
+        points = scores[0] if scores else {}  # func_name -> the points it must get exactly
         for task in records[student]["tasks"]:
             if task["func_name"] in costs:
                 assert 0 <= task["points"] < task["max_points"], (student, task["func_name"])
-                assert task["status"] in ("partial", "failed", "error"), (student, task)
+                assert task["status"] in ("partial", "failed", "error", "timeout"), (student, task)
+                if task["func_name"] in points:
+                    assert task["points"] == points[task["func_name"]], (student, task)
             else:
                 assert task["status"] == "passed", (student, task["func_name"])
         feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
@@ -424,22 +423,20 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
 SHORTCUTS = {
     "02_rnn": (
         CHAPTER_2_SHORTCUTS,
-        [("elman_step", "reference solution of task 2.1"), ("run_rnn", "torch.nn.RNN"),
-         ("lstm_step", "torch.lstm_cell")],
-        "pool_outputs",
+        [("bptt_gradients", "torch.autograd.grad"), ("gru_layer", "torch.nn.GRU"),
+         ("train_ab_acceptor", "reference solution of task 2.3")],
+        "lstm_parameter_count",
     ),
     "03_attention": (
         CHAPTER_3_SHORTCUTS,
-        [("masked_attention", "torch.nn.functional.scaled_dot_product_attention"),
-         ("additive_scores", "reference solution of task 3.3"),
-         ("decoder_step", "torch.lstm_cell")],
-        "attention_weights",
+        [("general_attention", "torch.nn.functional.scaled_dot_product_attention"),
+         ("padded_attention", "coursepkg.attention")],
+        "attention_pool",
     ),
     "04_self_attention": (
         CHAPTER_4_SHORTCUTS,
-        [("scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
-         ("causal_mask", "torch.nn.Transformer.generate_square_subsequent_mask"),
-         ("self_attention", "coursepkg.self_attention")],
+        [("local_mask", "coursepkg.self_attention"),
+         ("causal_self_attention", "coursepkg.self_attention")],
         "qkv_scores",
     ),
     "06_positional": (
@@ -452,8 +449,9 @@ SHORTCUTS = {
         CHAPTER_7_SHORTCUTS,
         [("feed_forward", "coursepkg.transformer"),
          ("encoder_block", "torch.nn.TransformerEncoderLayer"),
-         ("sample", "coursepkg.lm")],
-        "decoder_block",
+         ("sample", "coursepkg.lm"),
+         ("train_transformer_lm", "coursepkg.lm")],
+        "attention_step",
     ),
 }
 
@@ -471,3 +469,42 @@ def test_library_shortcuts_are_refused_task_by_task(assignment, tmp_path):
         assert tasks[func_name]["status"] == "forbidden" and tasks[func_name]["points"] == 0
         assert called in tasks[func_name]["cases"][0]["message"], func_name
     assert tasks[allowed]["status"] == "passed"
+
+
+DEBUG_SOLUTION = """def normalise_rows(x):
+    ### BEGIN SOLUTION
+    return x / x.sum(dim=-1, keepdim=True)
+    ### BEGIN STARTER
+    # return x / x.sum(dim=0, keepdim=True)
+    ### END STARTER
+    ### END SOLUTION
+"""
+
+
+def test_planted_mistakes_of_the_new_kinds_are_one_line_each(tmp_path, monkeypatch):
+    """How a chapter declares them: a debug task left as the exercise shows it (unfixed), a
+    question answered wrong (wrong_answer), a train task that trains too little (its source)."""
+    from coursepkg.authoring import make_exercise
+
+    tasks = {"normalise_rows": "0.2", "sine_at_one": "0.3"}
+    solution = nbformat.v4.new_notebook()
+    solution.cells = [nbformat.v4.new_code_cell(DEBUG_SOLUTION),
+                      nbformat.v4.new_code_cell('def sine_at_one():\n    ### BEGIN SOLUTION\n'
+                                                '    return 0.8415\n    ### END SOLUTION\n')]
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    nbformat.write(solution, tmp_path / "solutions" / "00_demo.ipynb")
+    nbformat.write(make_exercise(solution, source="solutions/00_demo.ipynb", tasks=tasks),
+                   tmp_path / "exercises" / "00_demo.ipynb")
+    monkeypatch.setitem(PLANTED, "00_demo", {
+        "ada-leaves-the-bug": unfixed("normalise_rows"),
+        "ben-guesses": wrong_answer("sine_at_one", 0.5),
+    })
+    written = write_demo("00_demo", tmp_path, tmp_path / "subs")
+    assert [p.stem for p in written] == ["sol-full-marks", "ed-untouched", "ada-leaves-the-bug",
+                                         "ben-guesses"]
+    ada = nbformat.read(tmp_path / "subs" / "ada-leaves-the-bug.ipynb", as_version=4)
+    assert ada.cells[0].source.strip() == (
+        "def normalise_rows(x):\n    return x / x.sum(dim=0, keepdim=True)")
+    ben = nbformat.read(tmp_path / "subs" / "ben-guesses.ipynb", as_version=4)
+    assert ben.cells[1].source == "def sine_at_one():\n    return 0.5\n"

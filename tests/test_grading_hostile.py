@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from checks_support import TEST_SECRET
 
-from coursepkg.checks import get_task
+from coursepkg.checks import get_task, tasks_for
 from coursepkg.checks.core import load_extra_cases, write_secret
 from coursepkg.grading.grader import grade
 from coursepkg.grading.isolation import TEMP_DIRS
@@ -376,7 +376,8 @@ def test_1_the_instructor_s_extra_cases_are_graded_and_hidden(batch01):
     extra = honest["cases"][-1]
     assert extra["name"] == "the instructor's own: a four-word sentence"
     assert extra["hidden"] and extra["max_points"] == 2 and extra["status"] == "passed"
-    assert honest["max_points"] == public_points("1.1") + len(get_task("1.1").hidden) + 2
+    generated = sum(h.points for h in get_task("1.1").hidden)
+    assert honest["max_points"] == public_points("1.1") + generated + 2
 
 
 @isolated
@@ -416,7 +417,7 @@ def test_5_forbidden_cases_keep_their_points_in_the_books(batch01):
     assert all(c["status"] == "forbidden" and c["message"] == message for c in called["cases"])
     assert all(c["max_points"] > 0 for c in called["cases"])
     feedback = (batch01["out"] / "feedback" / "calls-the-package.md").read_text()
-    section = feedback.split("## Task 1.4")[1]
+    section = feedback.split("## Task 1.4")[1].split("## Task")[0]  # up to the next task
     lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert len(lines) == len(called["cases"])
     assert all(line.startswith("- FORBIDDEN [0/") and "forbidden: you called" in line
@@ -475,10 +476,13 @@ SDPA_BY = {  # private routes to torch's attention kernels, each as the body of 
 
 
 def sdpa_notebook(body: str) -> nbformat.NotebookNode:
-    return with_function("04_self_attention", "scaled_dot_product_attention", f'''
+    """Chapter 4's causal head (task 4.3) computed by a private route to torch's attention."""
+    return with_function("04_self_attention", "causal_self_attention", f'''
 import threading
 import torch
-def scaled_dot_product_attention(q, k, v, mask=None):
+def causal_self_attention(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
     {body}
     return out, weights
 ''')
@@ -488,28 +492,29 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 def batch04(tmp_path_factory):
     notebooks = {"honest": solution("04_self_attention")}
     notebooks |= {name: sdpa_notebook(body) for name, body in SDPA_BY.items()}
-    notebooks["scales-q-in-place"] = with_function(
-        "04_self_attention", "scaled_dot_product_attention", '''
+    notebooks["scales-w-q-in-place"] = with_function(
+        "04_self_attention", "causal_self_attention", '''
 import math
 import torch
-def scaled_dot_product_attention(q, k, v, mask=None):
-    q /= math.sqrt(q.shape[-1])
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+def causal_self_attention(x, w_q, w_k, w_v):
+    w_q /= math.sqrt(w_q.shape[0])  # the scale folded into the caller's weights
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    T = x.shape[1]
+    scores = (q @ k.transpose(-2, -1)).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 ''')
-    notebooks["transposes-dims-1-2"] = with_function(
-        "04_self_attention", "scaled_dot_product_attention", '''
-import math
+    notebooks["pads-on-the-right-only"] = with_function(
+        "04_self_attention", "local_mask", '''
 import torch
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+def local_mask(keep, window):
+    T = keep.shape[1]
+    keep = torch.arange(T)[None, :] < keep.sum(dim=1, keepdim=True)  # a length per sequence
+    t, s = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    inside = (s <= t) & (s > t - window)
+    return (inside & keep[:, None, :] & keep[:, :, None]) | (
+        torch.eye(T, dtype=torch.bool) & ~keep[:, :, None])
 ''')
     return grade_batch(tmp_path_factory.mktemp("batch04"), "04_self_attention", notebooks)
 
@@ -522,25 +527,26 @@ def test_04_honest_notebook_keeps_every_point_and_nothing_is_left(batch04):
 
 @pytest.mark.parametrize("student", list(SDPA_BY))
 def test_3_private_routes_to_a_forbidden_kernel_are_forbidden(batch04, student):
-    graded = task(batch04, student, "4.2")
+    graded = task(batch04, student, "4.3")
     assert graded["status"] == "forbidden" and graded["points"] == 0, graded["cases"][0]
-    assert graded["max_points"] == task(batch04, "honest", "4.2")["max_points"]
+    assert graded["max_points"] == task(batch04, "honest", "4.3")["max_points"]
     assert graded["cases"][0]["message"].startswith("forbidden: you called ")
     assert task(batch04, student, "4.1")["status"] == "passed"
 
 
-def test_4_scaling_q_in_place_fails_every_case(batch04):
-    """q /= sqrt(d) gives the right answer when q is a tensor of its own (and a wrong one when
-    q is k, as in the chapter's x, x, x), but it changes the caller's q: every case fails."""
-    graded = task(batch04, "scales-q-in-place", "4.2")
+def test_4_scaling_a_weight_in_place_fails_every_case(batch04):
+    """w_q /= sqrt(d_k) gives the right answer, but it changes the caller's w_q: every case
+    fails."""
+    graded = task(batch04, "scales-w-q-in-place", "4.3")
     assert graded["points"] == 0
     assert all(GIVES_0 in c["message"].lower() for c in graded["cases"]), graded["cases"]
-    assert all("input q " in c["message"] for c in graded["cases"] if not c["hidden"])
+    assert all("input w_q " in c["message"] for c in graded["cases"] if not c["hidden"])
 
 
 def test_7_what_the_text_promises_is_checked_by_a_public_case(batch04):
-    """"any leading dims": k.transpose(1, 2) fails a public case, as the check cell shows."""
-    graded = task(batch04, "transposes-dims-1-2", "4.2")
+    """"padding anywhere": a mask built from lengths fails a public case, as the check cell
+    shows."""
+    graded = task(batch04, "pads-on-the-right-only", "4.2")
     public = [c for c in graded["cases"] if not c["hidden"]]
     assert [c for c in public if c["status"] != "passed"], public
 
@@ -550,12 +556,13 @@ def test_7_the_check_cell_and_the_grader_give_the_same_forbidden_message(batch04
 
     namespace: dict = {}
     exec(compile(  # noqa: S102 - the test's own code
-        "import torch\ndef f(q, k, v, mask=None):\n"
-        "    return torch._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)\n",
+        "import torch\ndef f(x, w_q, w_k, w_v):\n"
+        "    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T\n"
+        "    return torch._scaled_dot_product_attention_math(q, k, v, is_causal=True)\n",
         "<student>", "exec"), namespace)
-    in_notebook = run_task("4.2", namespace["f"])
+    in_notebook = run_task("4.3", namespace["f"])
     assert in_notebook.points == 0
-    graded = task(batch04, "math-alias", "4.2")
+    graded = task(batch04, "math-alias", "4.3")
     assert in_notebook.cases[0].message == graded["cases"][0]["message"]
     assert in_notebook.cases[0].message.endswith("the grader gives 0 for this.")
 
@@ -564,23 +571,34 @@ def test_7_the_check_cell_and_the_grader_give_the_same_forbidden_message(batch04
 def batch02(tmp_path_factory):
     notebooks = {
         "honest": solution("02_rnn"),
-        "lstm-cell-by-vf": with_function("02_rnn", "lstm_step", '''
+        "gru-cell-by-vf": with_function("02_rnn", "gru_layer", '''
 import torch
-def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
-    return torch._VF.lstm_cell(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh)
+def gru_layer(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = torch._VF.gru_cell(x[:, t], h, weight_ih, weight_hh, bias_ih, bias_hh)
+        states.append(h)
+    return torch.stack(states, dim=1), h
 '''),
-        "lstm-cell-by-ops": with_function("02_rnn", "lstm_step", '''
+        "gru-cell-by-ops": with_function("02_rnn", "gru_layer", '''
 import torch
-def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
-    return tuple(torch.ops.aten.lstm_cell(x_t, list(state), weight_ih, weight_hh, bias_ih,
-                                          bias_hh))
+def gru_layer(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = torch.ops.aten.gru_cell(x[:, t], h, weight_ih, weight_hh, bias_ih, bias_hh)
+        states.append(h)
+    return torch.stack(states, dim=1), h
 '''),
-        "reuses-h0": with_function("02_rnn", "run_rnn", '''
+        "reuses-h0": with_function("02_rnn", "gru_layer", '''
 import torch
-def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+def gru_layer(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
     states = []
     for t in range(x.shape[1]):
-        h0.copy_(elman_step(x[:, t], h0, weight_ih, weight_hh, bias_ih, bias_hh))
+        a_r, a_z, a_n = (x[:, t] @ weight_ih.T + bias_ih).chunk(3, dim=-1)
+        b_r, b_z, b_n = (h0 @ weight_hh.T + bias_hh).chunk(3, dim=-1)
+        r, z = torch.sigmoid(a_r + b_r), torch.sigmoid(a_z + b_z)
+        n = torch.tanh(a_n + r * b_n)
+        h0.copy_((1 - z) * n + z * h0)  # the state kept in h0 itself
         states.append(h0.clone())
     return torch.stack(states, dim=1), h0.clone()
 '''),
@@ -588,10 +606,10 @@ def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
     return grade_batch(tmp_path_factory.mktemp("batch02"), "02_rnn", notebooks)
 
 
-def test_02_honest_keeps_every_point_private_lstm_routes_are_forbidden(batch02):
+def test_02_honest_keeps_every_point_private_gru_routes_are_forbidden(batch02):
     assert all(t["status"] == "passed" for t in batch02["records"]["honest"]["tasks"])
-    for student in ("lstm-cell-by-vf", "lstm-cell-by-ops"):
-        graded = task(batch02, student, "2.3")
+    for student in ("gru-cell-by-vf", "gru-cell-by-ops"):
+        graded = task(batch02, student, "2.2")
         assert graded["status"] == "forbidden" and graded["points"] == 0, student
     check_leaves_nothing_and_adds_up(batch02)
 
@@ -702,6 +720,6 @@ def test_without_a_secret_the_grader_says_it_runs_public_tests_only(tmp_path):
     log = json.loads((tmp_path / "out" / "log.jsonl").read_text().splitlines()[0])
     assert log["tests"].startswith("public tests only")
     result = json.loads((tmp_path / "out" / "results" / "alice.json").read_text())
-    assert result["max_score"] == sum(public_points(t) for t in ("1.1", "1.2", "1.3", "1.4"))
+    assert result["max_score"] == sum(public_points(t.id) for t in tasks_for("01_ngrams"))
     assert {t["visibility"] for t in result["tests"]} == {"visible"}
     assert os.listdir(tmp_path / "out" / "cache")

@@ -96,9 +96,10 @@ HOSTILE = {
 }
 
 
+# Every other task of the set, as an untouched stub: a hostile 1.1 must cost only task 1.1.
 OTHER_STUBS = "".join(
-    f"def {name}(*args):\n    raise NotImplementedError('Task {tid}')\n"
-    for tid, name in [("1.2", "mle_prob"), ("1.3", "add_k_prob"), ("1.4", "perplexity")]
+    f"def {task.func_name}(*args):\n    raise NotImplementedError('Task {task.id}')\n"
+    for task in tasks_for("01_ngrams") if task.id != "1.1"
 )
 
 
@@ -173,7 +174,10 @@ def task(records, student, task_id="1.1"):
 def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
     _, _, records, _ = graded
     assert all(t["status"] == "passed" for t in records["solution"]["tasks"])
-    assert all(t["status"] == "not attempted" for t in records["untouched"]["tasks"])
+    # the untouched exercise: stubs are not attempted; a debug task's buggy starter code fails
+    kinds = {task.id: task.kind for task in tasks_for("01_ngrams")}
+    for t in records["untouched"]["tasks"]:
+        assert t["status"] == ("failed" if kinds[t["id"]] == "debug" else "not attempted"), t
     assert sum(t["points"] for t in records["untouched"]["tasks"]) == 0
 
 

@@ -1,4 +1,19 @@
-"""Chapter 1 tasks (``01_ngrams``): n-gram counts, MLE and add-k probabilities, perplexity.
+"""Chapter 1 tasks (``01_ngrams``): count, estimate, smooth, measure, and three questions.
+
+- 1.1 ``count_ngrams``, 1.2 ``mle_prob``, 1.3 ``add_k_prob`` (kind "formula"): the chapter's
+  formulas from plain counts;
+- 1.4 ``perplexity`` (kind "debug"): the exercise shows a perplexity function with three
+  planted bugs, for a model fitted with a closed vocabulary (unknown words read as '<unk>');
+- 1.5 ``kneser_ney_prob`` and 1.6 ``witten_bell_prob`` (kind "extension"): interpolated
+  Kneser-Ney and Witten-Bell from the counts of the top order alone, so the student derives
+  the lower orders' counts (continuation counts for Kneser-Ney) that the book's model keeps
+  inside it; 1.5 is checked against :class:`coursepkg.ngram.NGramLM` by the tests, 1.6's
+  reference is here (the book stops at Kneser-Ney);
+- 1.7 to 1.9 (kind "question"): keys computed from :mod:`coursepkg` when checked;
+- 1.10 ``train_bigram`` (kind "train"): a bigram table of logits trained by gradient descent
+  on sequences of a random Markov source; judged in the trusted process on held-out sequences
+  of the same source (drawn from the case's ``"_heldout"`` seed), by its cross-entropy above
+  the source's entropy rate, in bands.
 
 Each task has a reference implementation written to be obviously correct (small, no tricks),
 JSON ``args`` for its cases, and a judge that recognises the mistakes students plausibly make by
@@ -10,7 +25,7 @@ n-1 ``"<s>"`` at the start and one ``"</s>"`` at the end; n-grams are tuples of 
 The public cases are small corpora written out; the hidden cases' generators draw their corpora
 (the words, how many sentences, how long) from the grader's random generator, keeping what each
 case is there for: an empty sentence, n-grams longer than the sentence, a context seen only at a
-sentence start, an unseen context, a word never seen after a frequent context.
+sentence start, an unseen context, a word never seen after a frequent context, unknown words.
 """
 
 from __future__ import annotations
@@ -21,19 +36,25 @@ import numbers
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from coursepkg.checks.core import (
     Case,
+    CheckerBug,
     CheckError,
     HiddenCase,
     Task,
     Verdict,
     a_type,
+    banded,
     close,
+    draw_seed,
     fmt_number,
+    question,
     register,
     to_plain_float,
 )
+from coursepkg.checks.tensors import state_dict_plain
 
 ASSIGNMENT = "01_ngrams"
 BOS = "<s>"
@@ -91,23 +112,6 @@ def add_k_prob(
     context = tuple(context)
     numerator = counts.get(context + (word,), 0) + k
     return numerator / (context_count(counts, context) + k * len(vocab))
-
-
-def perplexity(model, sentences: list[list[str]]) -> float:
-    """Task 1.4: exp of the mean negative natural-log probability of every predicted token.
-
-    The predicted tokens are every word and one ``"</s>"`` per sentence; the context of the
-    token at position i of the padded sentence is the n-1 tokens before it.
-    """
-    n = model.n
-    total_logprob = 0.0
-    n_predicted = 0
-    for sentence in sentences:
-        padded = pad(sentence, n)
-        for i in range(n - 1, len(padded)):
-            total_logprob += model.logprob(padded[i], tuple(padded[i - n + 1 : i]))
-            n_predicted += 1
-    return math.exp(-total_logprob / n_predicted)
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,23 +398,23 @@ def _build_count_args(args: dict) -> tuple:
 
 
 _COUNT_CASES = (
-    Case("unigrams of one sentence", 1, {"sentences": [["the", "cat", "sat"]], "n": 1}),
+    Case("unigrams of one sentence", 0.5, {"sentences": [["the", "cat", "sat"]], "n": 1}),
     Case(
         "bigrams of two sentences",
-        1,
+        0.5,
         {"sentences": [["the", "cat", "sat"], ["the", "dog", "sat"]], "n": 2},
     ),
     Case(
         "bigrams with repeated words",
-        1,
+        0.5,
         {"sentences": [["the", "cat", "saw", "the", "cat"], ["the", "cat"]], "n": 2},
     ),
     Case(
         "trigrams of two sentences",
-        1,
+        0.5,
         {"sentences": [["i", "am", "sam"], ["sam", "i", "am"]], "n": 3},
     ),
-    Case("an empty sentence gives one bigram", 1, {"sentences": [["the", "cat"], []], "n": 2}),
+    Case("an empty sentence gives one bigram", 0.5, {"sentences": [["the", "cat"], []], "n": 2}),
 )
 
 
@@ -422,12 +426,12 @@ def _with_empty_sentences(rng: random.Random) -> dict:
 
 
 _COUNT_HIDDEN = (
-    HiddenCase("hidden: an empty sentence", 1, _with_empty_sentences),
-    HiddenCase("hidden: one word, long n-grams", 1,
+    HiddenCase("hidden: an empty sentence", 0.5, _with_empty_sentences),
+    HiddenCase("hidden: one word, long n-grams", 0.5,
                lambda rng: {"sentences": [[rng.choice(_WORD_POOL)]], "n": rng.randint(4, 5)}),
-    HiddenCase("hidden: random corpus, trigrams", 1,
+    HiddenCase("hidden: random corpus, trigrams", 0.5,
                lambda rng: {"sentences": _draw_corpus(rng, 8, 6, 4)[0], "n": 3}),
-    HiddenCase("hidden: random corpus, unigrams", 1,
+    HiddenCase("hidden: random corpus, unigrams", 0.5,
                lambda rng: {"sentences": _draw_corpus(rng, 6, 5, 5)[0], "n": 1}),
 )
 
@@ -436,6 +440,7 @@ register(
         id="1.1",
         assignment=ASSIGNMENT,
         func_name="count_ngrams",
+        kind="formula",
         title="Count the n-grams of padded sentences",
         cases=_COUNT_CASES,
         hidden=_COUNT_HIDDEN,
@@ -529,32 +534,32 @@ _MLE_TRIGRAMS = _counts_arg(_MLE_CORPUS, 3)
 _MLE_CASES = (
     Case(
         "P(cat | the) from bigram counts",
-        1,
+        0.5,
         {"counts": _MLE_BIGRAMS, "word": "cat", "context": ["the"]},
     ),
     Case(
         "P(mat | sat, on) from trigram counts",
-        1,
+        0.5,
         {"counts": _MLE_TRIGRAMS, "word": "mat", "context": ["sat", "on"]},
     ),
     Case(
         "P(the | <s>): the first word of a sentence",
-        1,
+        0.5,
         {"counts": _MLE_BIGRAMS, "word": "the", "context": ["<s>"]},
     ),
     Case(
         "a word never seen after its context",
-        0.5,
+        0.25,
         {"counts": _MLE_BIGRAMS, "word": "ran", "context": ["dog"]},
     ),
     Case(
         "a context never seen in training",
-        0.5,
+        0.25,
         {"counts": _MLE_TRIGRAMS, "word": "cat", "context": ["mat", "the"]},
     ),
     Case(
         "P(cat) from unigram counts: the context is ()",
-        1,
+        0.5,
         {"counts": _counts_arg(_MLE_CORPUS, 1), "word": "cat", "context": []},
     ),
 )
@@ -575,7 +580,7 @@ def _mle_seen(name: str, n: int, *, start: bool, count: int, max_len: int) -> Hi
                                                max_len=max_len)
         return {"counts": _counts_arg(sentences, n), "word": word, "context": context}
 
-    return HiddenCase(name, 1, make)
+    return HiddenCase(name, 0.5, make)
 
 
 def _mle_unigrams(rng: random.Random) -> dict:
@@ -620,10 +625,10 @@ _MLE_HIDDEN = (
     _mle_seen("hidden: random corpus, bigrams", 2, start=False, count=10, max_len=6),
     _mle_seen("hidden: random corpus, trigrams at a sentence start", 3, start=True, count=12,
               max_len=5),
-    HiddenCase("hidden: unigrams (empty context)", 1, _mle_unigrams),
-    HiddenCase("hidden: a word never seen after a frequent trigram context", 1,
+    HiddenCase("hidden: unigrams (empty context)", 0.5, _mle_unigrams),
+    HiddenCase("hidden: a word never seen after a frequent trigram context", 0.5,
                _mle_never_after),
-    HiddenCase("hidden: an unseen trigram context", 1, _mle_unseen),
+    HiddenCase("hidden: an unseen trigram context", 0.5, _mle_unseen),
 )
 
 register(
@@ -631,6 +636,7 @@ register(
         id="1.2",
         assignment=ASSIGNMENT,
         func_name="mle_prob",
+        kind="formula",
         title="Maximum-likelihood conditional probability from n-gram counts",
         cases=_MLE_CASES,
         hidden=_MLE_HIDDEN,
@@ -718,25 +724,25 @@ _ADDK_VOCAB = _vocab_arg(_MLE_CORPUS)
 _ADDK_CASES = (
     Case(
         "add-one (k = 1): P(cat | the)",
-        1,
+        0.5,
         {"counts": _MLE_BIGRAMS, "vocab": _ADDK_VOCAB, "word": "cat", "context": ["the"],
          "k": 1.0},
     ),
     Case(
         "k = 0.5: P(sat | cat)",
-        1,
+        0.5,
         {"counts": _MLE_BIGRAMS, "vocab": _ADDK_VOCAB, "word": "sat", "context": ["cat"],
          "k": 0.5},
     ),
     Case(
         "k = 0.1: an unseen trigram",
-        1,
+        0.5,
         {"counts": _MLE_TRIGRAMS, "vocab": _ADDK_VOCAB, "word": "dog", "context": ["the", "cat"],
          "k": 0.1},
     ),
     Case(
         "k = 0.5: an unseen context",
-        1,
+        0.5,
         {"counts": _MLE_TRIGRAMS, "vocab": _ADDK_VOCAB, "word": "cat",
          "context": ["mat", "the"], "k": 0.5},
     ),
@@ -765,9 +771,9 @@ def _add_k_unseen(rng: random.Random) -> dict:
 
 
 _ADDK_HIDDEN = (
-    HiddenCase("hidden: random corpus, trigrams, small k", 1, _add_k_small),
-    HiddenCase("hidden: unigrams, k above 1", 1, _add_k_unigrams),
-    HiddenCase("hidden: unseen context, larger vocabulary", 1, _add_k_unseen),
+    HiddenCase("hidden: random corpus, trigrams, small k", 0.5, _add_k_small),
+    HiddenCase("hidden: unigrams, k above 1", 0.5, _add_k_unigrams),
+    HiddenCase("hidden: unseen context, larger vocabulary", 0.5, _add_k_unseen),
 )
 
 register(
@@ -775,6 +781,7 @@ register(
         id="1.3",
         assignment=ASSIGNMENT,
         func_name="add_k_prob",
+        kind="formula",
         title="Add-k smoothed conditional probability",
         cases=_ADDK_CASES,
         hidden=_ADDK_HIDDEN,
@@ -793,8 +800,35 @@ register(
 
 
 # --------------------------------------------------------------------------------------------
-# Task 1.4 perplexity
+# Task 1.4 perplexity (debug): perplexity with a closed vocabulary
 # --------------------------------------------------------------------------------------------
+
+UNK = "<unk>"
+
+
+def closed(sentence: Sequence[str], vocab: Sequence[str]) -> list[str]:
+    """The sentence with every word outside ``vocab`` replaced by ``"<unk>"``."""
+    known = set(vocab)
+    return [word if word in known else UNK for word in sentence]
+
+
+def perplexity(model, sentences: list[list[str]]) -> float:
+    """Task 1.4 (the fixed function): the perplexity of a model fitted with a closed vocabulary.
+
+    Every held-out word outside ``model.vocab`` is read as ``"<unk>"`` (as a predicted token and
+    in contexts); then, as in the chapter, exp of the mean negative natural-log probability of
+    every word and one ``"</s>"`` per sentence, each predicted from the n-1 tokens before it.
+    """
+    n = model.n
+    total_logprob = 0.0
+    n_predicted = 0
+    for sentence in sentences:
+        padded = pad(closed(sentence, model.vocab), n)
+        for i in range(n - 1, len(padded)):
+            total_logprob += model.logprob(padded[i], tuple(padded[i - n + 1 : i]))
+            n_predicted += 1
+    return math.exp(-total_logprob / n_predicted)
+
 
 HINT_PPL_NO_EOS = (
     "Predict '</s>' too: N counts every word AND one '</s>' per sentence, each with its "
@@ -829,21 +863,34 @@ HINT_PPL_CONTEXT = (
     "the token itself."
 )
 HINT_PPL_INFINITE = (
-    "Your perplexity is infinite: some predicted token got probability 0. Never predict '<s>' "
-    "(start at the first word), and use the model's (smoothed) probabilities."
+    "Your perplexity is infinite: some predicted token got probability 0. A word the model "
+    "does not know must be read as '<unk>' (which the model was trained with), and '<s>' is "
+    "never predicted."
+)
+HINT_PPL_UNK_CONTEXT = (
+    "Unknown words must become '<unk>' in the contexts too, not only where they are predicted: "
+    "replace them in the sentence once, before padding, and read every token from there."
+)
+HINT_PPL_UNK_BOS = (
+    "The '<s>' padding became '<unk>': '<s>' is not in model.vocab (it is never predicted) but "
+    "it is a context the model knows. Replace the unknown words before you pad the sentence."
+)
+HINT_PPL_UNK_DROPPED = (
+    "An unknown word still has to be predicted (and counted in N): score it as '<unk>' instead "
+    "of leaving it out."
 )
 HINT_PPL_GENERIC = (
-    "perplexity = exp(-(1/N) * sum of model.logprob(token, context)) over every word and one "
-    "'</s>' per sentence, the context being the n-1 tokens before the token in the sentence "
-    "padded with n-1 '<s>'."
+    "perplexity = exp(-(1/N) * sum of ln P(token | context)) over every word and one '</s>' per "
+    "sentence, unknown words read as '<unk>', each context the n-1 tokens before the token in "
+    "the sentence padded with n-1 '<s>'."
 )
 
 
 def _fit_model(args: dict):
-    """The package's NGramLM fitted on the case's training sentences. Its ``perplexity`` is
-    what task 1.4 asks students to write: the task forbids it, and the tripwire of the check
-    cells and of the grader fails a function that calls it. (Imported here so that tasks 1.1-1.3
-    do not depend on :mod:`coursepkg.ngram`.)"""
+    """The package's NGramLM fitted on the case's training sentences (which hold '<unk>'). Its
+    ``perplexity`` is forbidden in task 1.4: the tripwire of the check cells and of the grader
+    fails a function that calls it. (Imported here so that the other tasks do not depend on
+    :mod:`coursepkg.ngram`.)"""
     from coursepkg.ngram import NGramLM
 
     kwargs = {"k": float(args["k"])} if args["smoothing"] == "add_k" else {}
@@ -855,23 +902,21 @@ def _build_perplexity_args(args: dict) -> tuple:
     return (_fit_model(args), [list(sentence) for sentence in args["sentences"]])
 
 
-def _sentence_logprobs(model, sentence: list[str], shift: int = 0) -> list[float]:
-    """Log-probabilities of every predicted token (words, then '</s>').
-
-    ``shift=1`` moves the context window one token right, so it includes the token itself.
-    """
+def _logprobs(model, tokens: list[str], shift: int = 0,
+              context_tokens: list[str] | None = None) -> list[float]:
+    """Log-probabilities of the predicted tokens of a padded sentence ``tokens``; contexts are
+    read from ``context_tokens`` (default: ``tokens``), shifted ``shift`` tokens right."""
     n = model.n
-    padded = pad(sentence, n)
-    return [
-        model.logprob(padded[i], tuple(padded[i - n + 1 + shift : i + shift]))
-        for i in range(n - 1, len(padded))
-    ]
+    source = tokens if context_tokens is None else context_tokens
+    return [model.logprob(tokens[i], tuple(source[i - n + 1 + shift : i + shift]))
+            for i in range(n - 1, len(tokens))]
 
 
 def _judge_perplexity(got: object, expected: object, args: dict) -> Verdict:
     model, sentences = _build_perplexity_args(args)
-    n = model.n
-    per_sentence = [_sentence_logprobs(model, sentence) for sentence in sentences]
+    n, vocab = model.n, model.vocab
+    padded = [pad(closed(sentence, vocab), n) for sentence in sentences]
+    per_sentence = [_logprobs(model, tokens) for tokens in padded]
     total = sum(sum(lps) for lps in per_sentence)
     big_n = sum(len(lps) for lps in per_sentence)
     n_sentences = len(sentences)
@@ -882,15 +927,34 @@ def _judge_perplexity(got: object, expected: object, args: dict) -> Verdict:
     if type(got) in (int, float) and math.isinf(got) and not math.isinf(expected):
         return _float_verdict(got, expected, [], HINT_PPL_INFINITE, where)
 
+    def mean_of(lps: list[float]) -> float:
+        return _safe_exp(-sum(lps) / len(lps))
+
     def no_eos() -> float:
         return math.exp(-sum(sum(lps[:-1]) for lps in per_sentence) / (big_n - n_sentences))
 
+    def no_eos_per_sentence() -> float:  # two of the starter's bugs: name the first
+        means = [-sum(lps[:-1]) / max(len(lps) - 1, 1) for lps in per_sentence]
+        return math.exp(sum(means) / n_sentences)
+
     def shifted_context() -> float:
-        lps = [lp for s in sentences for lp in _sentence_logprobs(model, s, shift=1)]
-        return _safe_exp(-sum(lps) / len(lps))
+        return mean_of([lp for tokens in padded for lp in _logprobs(model, tokens, shift=1)])
+
+    def raw_context() -> float:
+        return mean_of([lp for sentence, tokens in zip(sentences, padded, strict=True)
+                        for lp in _logprobs(model, tokens, context_tokens=pad(sentence, n))])
+
+    def unk_padding() -> float:
+        return mean_of([lp for sentence in sentences
+                        for lp in _logprobs(model, closed(pad(sentence, n), vocab))])
+
+    def dropped() -> float:
+        known = [[word for word in sentence if word in set(vocab)] for sentence in sentences]
+        return mean_of([lp for sentence in known for lp in _logprobs(model, pad(sentence, n))])
 
     variants = [
         (HINT_PPL_NO_EOS, no_eos),
+        (HINT_PPL_NO_EOS, no_eos_per_sentence),
         (HINT_PPL_BOS_IN_N, lambda: math.exp(-total / (big_n + (n - 1) * n_sentences))),
         (HINT_PPL_BOS_IN_N, lambda: math.exp(-total / (big_n + n_sentences))),
         (HINT_PPL_NO_EXP, lambda: mean_nll),
@@ -907,76 +971,88 @@ def _judge_perplexity(got: object, expected: object, args: dict) -> Verdict:
          lambda: math.exp(sum(-sum(lps) / len(lps) for lps in per_sentence) / n_sentences)),
         (HINT_PPL_SUM, lambda: _safe_exp(-total)),
         (HINT_PPL_CONTEXT, shifted_context),
+        (HINT_PPL_UNK_CONTEXT, raw_context),
+        (HINT_PPL_UNK_BOS, unk_padding),
+        (HINT_PPL_UNK_DROPPED, dropped),
     ]
     return _float_verdict(got, expected, variants, HINT_PPL_GENERIC, where)
 
 
+#: Training sentences with a closed vocabulary: the rare words are already '<unk>'.
 _PPL_TRAIN = [
     ["the", "cat", "sat", "on", "the", "mat"],
     ["the", "dog", "sat"],
     ["a", "cat", "ran"],
-    ["a", "dog", "saw", "the", "cat"],
-    ["the", "cat", "saw", "a", "dog"],
+    ["a", "dog", "saw", "the", UNK],
+    ["the", UNK, "saw", "a", "dog"],
+    [UNK, "ran", "on", "the", "mat"],
 ]
 
 _PPL_CASES = (
     Case(
-        "add-one bigram model, one sentence",
+        "add-one bigram model, one sentence ending in an unknown word",
         1,
         {"n": 2, "smoothing": "add_k", "k": 1.0, "train": _PPL_TRAIN,
-         "sentences": [["the", "cat", "ran"]]},
+         "sentences": [["the", "cat", "ran", "home"]]},
     ),
     Case(
-        "add-k (k = 0.5) bigram model, two sentences of different lengths",
+        "add-k (k = 0.5) bigram model, an unknown word in the second sentence",
         1,
         {"n": 2, "smoothing": "add_k", "k": 0.5, "train": _PPL_TRAIN,
-         "sentences": [["a", "dog", "sat", "on", "the", "mat"], ["the", "cat"]]},
+         "sentences": [["the", "cat"], ["a", "zebra", "sat", "on", "the", "mat"]]},
     ),
     Case(
-        "Kneser-Ney trigram model, three sentences",
+        "Kneser-Ney trigram model, unknown words in the contexts of others",
         1,
         {"n": 3, "smoothing": "kneser_ney", "k": 1.0, "train": _PPL_TRAIN,
-         "sentences": [["the", "cat", "sat"], ["a", "dog", "ran"],
+         "sentences": [["the", "cat", "sat"], ["a", "dog", "ran", "to", "the", "mat"],
                        ["the", "dog", "saw", "a", "cat"]]},
+    ),
+    Case(
+        "add-k trigram model, an empty sentence and an unknown first word",
+        1,
+        {"n": 3, "smoothing": "add_k", "k": 0.25, "train": _PPL_TRAIN,
+         "sentences": [["the", "mat"], [], ["zebra", "sat", "on", "a", "mat"]]},
     ),
 )
 
 
-def _held_out(rng: random.Random, count: int, max_len: int, n_words: int,
-              n_test: int) -> tuple[list[list[str]], list[list[str]]]:
-    """A corpus drawn from ``rng`` split into training and test sentences; the test sentences
-    use only words seen in training (an unseen word's probability is 0 for some models)."""
-    sentences, _ = _draw_corpus(rng, count, max_len, n_words)
+def _closed_split(rng: random.Random, count: int, max_len: int, n_words: int,
+                  n_test: int) -> tuple[list[list[str]], list[list[str]]]:
+    """A corpus drawn from ``rng`` split into training and test sentences, with a closed
+    vocabulary: the training words seen once become '<unk>' (at least one token does), and
+    the test sentences hold words the model never saw (at least one)."""
+    sentences, words = _draw_corpus(rng, count, max_len, n_words)
     train, test = sentences[:-n_test], sentences[-n_test:]
-    seen = {word for sentence in train for word in sentence}
-    return train, [[word for word in sentence if word in seen] or [sorted(seen)[0]]
-                   for sentence in test]
+    seen = Counter(word for sentence in train for word in sentence)
+    train = [[word if seen[word] > 1 else UNK for word in sentence] for sentence in train]
+    if not any(UNK in sentence for sentence in train):
+        train[-1] = [*train[-1], UNK]
+    strangers = rng.sample([word for word in _WORD_POOL if word not in words], 2)
+    test = [[rng.choice(strangers) if rng.random() < 0.2 else word for word in sentence]
+            for sentence in test]
+    first = test[0]
+    test[0] = first[: len(first) // 2] + [strangers[0]] + first[len(first) // 2 :]
+    return train, test
 
 
-def _kneser_ney_bigrams(rng: random.Random) -> dict:
-    train, test = _held_out(rng, 30, 7, 8, 5)
-    return {"n": 2, "smoothing": "kneser_ney", "k": 1.0, "train": train, "sentences": test}
+def _ppl_hidden(name: str, n: int, smoothing: str, *, empty: bool = False) -> HiddenCase:
+    def make(rng: random.Random) -> dict:
+        train, test = _closed_split(rng, 30, 7, 8, 5)
+        if empty:
+            test.insert(rng.randint(1, len(test)), [])
+        k = rng.choice([0.05, 0.1, 0.2, 0.5]) if smoothing == "add_k" else 1.0
+        return {"n": n, "smoothing": smoothing, "k": k, "train": train, "sentences": test}
 
-
-def _add_k_unigram_model(rng: random.Random) -> dict:
-    train, test = _held_out(rng, 20, 6, 6, 5)
-    return {"n": 1, "smoothing": "add_k", "k": rng.choice([0.05, 0.1, 0.2, 0.3]),
-            "train": train, "sentences": test}
-
-
-def _with_an_empty_sentence(rng: random.Random) -> dict:
-    words = sorted({word for sentence in _PPL_TRAIN for word in sentence})
-    test = [[rng.choice(words) for _ in range(rng.randint(1, 6))] for _ in range(2)]
-    test.insert(rng.randint(0, 2), [])
-    return {"n": 3, "smoothing": "add_k", "k": rng.choice([0.25, 0.5, 0.75]),
-            "train": _PPL_TRAIN, "sentences": test}
+    return HiddenCase(name, 1, make)
 
 
 _PPL_HIDDEN = (
-    HiddenCase("hidden: Kneser-Ney bigram model, random corpus", 1, _kneser_ney_bigrams),
-    HiddenCase("hidden: add-k unigram model", 1, _add_k_unigram_model),
-    HiddenCase("hidden: add-k trigram model, a test set with an empty sentence", 1,
-               _with_an_empty_sentence),
+    _ppl_hidden("hidden: Kneser-Ney bigram model, unknown words", 2, "kneser_ney"),
+    _ppl_hidden("hidden: add-k unigram model, unknown words", 1, "add_k"),
+    _ppl_hidden("hidden: add-k trigram model, a test set with an empty sentence", 3, "add_k",
+                empty=True),
+    _ppl_hidden("hidden: Kneser-Ney trigram model, unknown words", 3, "kneser_ney"),
 )
 
 register(
@@ -984,7 +1060,7 @@ register(
         id="1.4",
         assignment=ASSIGNMENT,
         func_name="perplexity",
-        title="Perplexity of an n-gram model on held-out sentences",
+        title="Fix the perplexity of a model with a closed vocabulary",
         cases=_PPL_CASES,
         hidden=_PPL_HIDDEN,
         build_args=_build_perplexity_args,
@@ -994,9 +1070,616 @@ register(
         forbidden=("nltk", "coursepkg.checks", "coursepkg.ngram.NGramLM.perplexity"),
         error_hints={
             "OverflowError": HINT_PPL_SUM,
-            "ZeroDivisionError": "N, the number of predicted tokens, came out 0: count every "
-            "word and one '</s>' per sentence.",
-            "ValueError": "math.log got 0 (or less): use model.logprob, and never predict '<s>'.",
+            "ZeroDivisionError": "N, the number of predicted tokens, came out 0 for some "
+            "sentence: an empty sentence still predicts its '</s>'.",
+            "ValueError": "math.log got 0: a word outside model.vocab has probability 0. Read "
+            "it as '<unk>', which the model knows.",
         },
+        kind="debug",
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Counts of every order from the counts of the top order (tasks 1.5 and 1.6)
+# --------------------------------------------------------------------------------------------
+
+
+def order_of(counts: Mapping[tuple[str, ...], int]) -> int:
+    """n, the length of the n-grams counted."""
+    return len(next(iter(counts)))
+
+
+def level_counts(counts: Mapping[tuple[str, ...], int], m: int, *,
+                 continuation: bool) -> Counter:
+    """The m-gram counts (1 <= m <= n) that the n-gram counts of padded sentences imply.
+
+    Every m-gram that ends at a predicted token is the last m tokens of the n-gram that ends
+    there, so ``continuation=False`` gives c(v w), the total count of the n-grams ending in
+    (v, w); ``continuation=True`` (m < n) gives N1+(. v w), the number of distinct tokens seen
+    before (v, w): the number of distinct (m+1)-token endings that end in it.
+    """
+    n = order_of(counts)
+    table: Counter = Counter()
+    if continuation:
+        for ending in {gram[n - m - 1 :] for gram, c in counts.items() if c}:
+            table[ending[1:]] += 1
+    else:
+        for gram, c in counts.items():
+            table[gram[n - m :]] += c
+    return table
+
+
+def followers(table: Mapping[tuple[str, ...], int], history: tuple[str, ...]) -> dict[str, int]:
+    """The words seen after ``history`` in an m-gram table, with their counts."""
+    return {gram[-1]: c for gram, c in table.items() if gram[:-1] == history and c}
+
+
+def _history_arg(context: Sequence[str], m: int) -> tuple[str, ...]:
+    """The last m - 1 tokens of a context."""
+    context = tuple(context)
+    return context[len(context) - (m - 1) :] if m > 1 else ()
+
+
+# --------------------------------------------------------------------------------------------
+# Task 1.5 kneser_ney_prob (extension)
+# --------------------------------------------------------------------------------------------
+
+
+def kneser_ney_prob(counts: dict[tuple[str, ...], int], word: str, context: tuple[str, ...],
+                    discount: float) -> float:
+    """Task 1.5: interpolated Kneser-Ney from the n-gram counts of one order n >= 2.
+
+    Raw counts at the top order, continuation counts N1+(. v w) below it, the continuation
+    unigram distribution at the bottom; a history never seen at some order is skipped. Equal to
+    :class:`coursepkg.ngram.NGramLM` with ``smoothing="kneser_ney"`` fitted on the sentences
+    whose counts these are (the tests check it).
+    """
+    return _kneser_ney(counts, word, context, discount)
+
+
+def _kneser_ney(counts, word, context, d, *, raw_lower=False, continuation_top=False,
+                backoff=False, lambda_without_types=False, unseen_zero=False,
+                uniform_base=False) -> float:
+    """Kneser-Ney, and with a flag set one of its known mistakes (see the judge)."""
+    n = order_of(counts)
+    if n == 1:
+        unigram = level_counts(counts, 1, continuation=False)
+        return unigram.get((word,), 0) / sum(unigram.values())
+    unigram = level_counts(counts, 1, continuation=not raw_lower)
+    if uniform_base:
+        p = 1 / len(unigram) if (word,) in unigram else 0.0
+    else:
+        p = unigram.get((word,), 0) / sum(unigram.values())
+    for m in range(2, n + 1):
+        top = m == n
+        table = level_counts(counts, m, continuation=(not top and not raw_lower)
+                             or (top and continuation_top))
+        seen = followers(table, _history_arg(context, m))
+        if not seen:
+            if unseen_zero:
+                p = 0.0
+            continue
+        total = sum(seen.values())
+        discounted = max(seen.get(word, 0) - d, 0.0) / total
+        lam = d / total if lambda_without_types else d * len(seen) / total
+        p = discounted if backoff and seen.get(word, 0) > 0 else discounted + lam * p
+    return p
+
+
+HINT_KN_RAW_LOWER = (
+    "Below the top order, Kneser-Ney counts how many DIFFERENT tokens come before an n-gram "
+    "(its continuation count), not how often it occurs: a word that always follows the same "
+    "word ('Francisco' after 'San') is a poor guess after any other history."
+)
+HINT_KN_TOP = (
+    "The top order uses the raw counts of the n-grams; only the lower orders use continuation "
+    "counts."
+)
+HINT_KN_BACKOFF = (
+    "Interpolate, do not back off: even for an n-gram that was seen, add lambda(u) times the "
+    "lower order's probability to the discounted estimate, or the probabilities no longer sum "
+    "to 1."
+)
+HINT_KN_LAMBDA = (
+    "lambda(u) gives back the discount taken from EACH distinct word seen after the history: "
+    "D times the number of such words, divided by the history's total count."
+)
+HINT_UNSEEN_HISTORY = (
+    "A history never seen at some order has no counts to estimate from: skip that order and "
+    "keep the estimate of the shorter history (its weight is 1), instead of returning 0."
+)
+HINT_KN_UNIFORM = (
+    "The bottom of the recursion is the continuation unigram distribution: how many different "
+    "tokens precede the word, out of the number of distinct bigrams, not 1/|V|."
+)
+HINT_KN_GENERIC = (
+    "Build the recursion from the unigram level up: at order m the history is the last m-1 "
+    "tokens of the context, the counts are raw at the top order and continuation counts below "
+    "it, each level is max(c - D, 0) / total + D * (distinct followers) / total * (the level "
+    "below), and a history never seen leaves the estimate as it is."
+)
+
+
+def _build_smoothed_args(args: dict) -> tuple:
+    built = (_counts_from_arg(args["counts"]), args["word"], tuple(args["context"]))
+    return (*built, float(args["discount"])) if "discount" in args else built
+
+
+def _describe_query(args: dict) -> str:
+    n = len(args["counts"][0][0])
+    extra = f" with D = {args['discount']:g}" if "discount" in args else ""
+    return f"For P({args['word']!r} | {tuple(args['context'])!r}) from {n}-gram counts{extra}"
+
+
+def _judge_kneser_ney(got: object, expected: object, args: dict) -> Verdict:
+    counts, word, context, d = _build_smoothed_args(args)
+
+    def variant(**flag: bool) -> Callable[[], float]:
+        return lambda: _kneser_ney(counts, word, context, d, **flag)
+
+    variants = [
+        (HINT_UNSEEN_HISTORY, variant(unseen_zero=True)),
+        (HINT_KN_RAW_LOWER, variant(raw_lower=True)),
+        (HINT_KN_TOP, variant(continuation_top=True)),
+        (HINT_KN_BACKOFF, variant(backoff=True)),
+        (HINT_KN_LAMBDA, variant(lambda_without_types=True)),
+        (HINT_KN_UNIFORM, variant(uniform_base=True)),
+    ]
+    return _float_verdict(got, expected, variants, HINT_KN_GENERIC, _describe_query(args))
+
+
+#: A small corpus with its own "San Francisco": a frequent word that follows one word only.
+_SMOOTH_CORPUS = [
+    ["the", "cat", "sat", "on", "the", "mat"],
+    ["the", "dog", "sat", "on", "a", "log"],
+    ["a", "cat", "saw", "the", "dog"],
+    ["the", "cat", "ran", "to", "san", "francisco"],
+    ["san", "francisco", "is", "far"],
+    ["the", "dog", "ran", "to", "the", "cat"],
+]
+_SMOOTH_BIGRAMS = _counts_arg(_SMOOTH_CORPUS, 2)
+_SMOOTH_TRIGRAMS = _counts_arg(_SMOOTH_CORPUS, 3)
+
+
+def _query(counts: list, word: str, context: list[str], sentences: list[list[str]],
+           **extra: float) -> dict:
+    """A case's args: the student's function gets the counts, the word and the context (and
+    the discount); ``"_sentences"``, the corpus counted, is the trusted half's only (the tests
+    fit the package's model on it)."""
+    return {"counts": counts, "word": word, "context": context, **extra,
+            "_sentences": sentences}
+
+
+_KN_CASES = (
+    Case("bigrams, D = 0.75: P(cat | the), a seen bigram", 1,
+         _query(_SMOOTH_BIGRAMS, "cat", ["the"], _SMOOTH_CORPUS, discount=0.75)),
+    Case("bigrams: P(francisco | the), a frequent word never seen after the history", 1,
+         _query(_SMOOTH_BIGRAMS, "francisco", ["the"], _SMOOTH_CORPUS, discount=0.75)),
+    Case("trigrams, D = 0.5: P(on | cat, sat), a seen trigram", 1,
+         _query(_SMOOTH_TRIGRAMS, "on", ["cat", "sat"], _SMOOTH_CORPUS, discount=0.5)),
+    Case("trigrams: P(cat | mat, the), a history never seen", 1,
+         _query(_SMOOTH_TRIGRAMS, "cat", ["mat", "the"], _SMOOTH_CORPUS, discount=0.75)),
+    Case("trigrams: P(the | <s>, <s>), the first word of a sentence", 1,
+         _query(_SMOOTH_TRIGRAMS, "the", ["<s>", "<s>"], _SMOOTH_CORPUS, discount=0.9)),
+    Case("bigrams, D = 0: no discount at all", 1,
+         _query(_SMOOTH_BIGRAMS, "sat", ["dog"], _SMOOTH_CORPUS, discount=0.0)),
+)
+
+
+def _smoothing_hidden(name: str, n: int, which: str, points: float, *,
+                      with_discount: bool) -> HiddenCase:
+    """A hidden case of tasks 1.5 and 1.6: a random corpus's n-gram counts and a query whose
+    history is ``which``: "seen" (the busiest), "never after" (a word never seen after the
+    busiest history), "unseen" (a history never seen), "start" (a sentence start)."""
+
+    def make(rng: random.Random) -> dict:
+        while True:
+            sentences, words = _draw_corpus(rng, 14, 6, 7)
+            counts = _counts_arg(sentences, n)
+            if which == "unseen":
+                context, word = _unseen_context(sentences, n, words, rng), rng.choice(words)
+            else:
+                context, word = _busiest(sentences, n, start=which == "start")
+                if which == "never after":
+                    word = _never_after(sentences, n, context)
+            if word is not None:
+                break
+        extra = {"discount": rng.choice([0.5, 0.6, 0.75, 0.8, 0.9])} if with_discount else {}
+        return _query(counts, word, context, sentences, **extra)
+
+    return HiddenCase(name, points, make)
+
+
+_KN_HIDDEN = (
+    _smoothing_hidden("hidden: bigrams of a random corpus, a seen bigram", 2, "seen", 2,
+                      with_discount=True),
+    _smoothing_hidden("hidden: trigrams, a word never seen after a frequent history", 3,
+                      "never after", 2, with_discount=True),
+    _smoothing_hidden("hidden: trigrams, a history never seen", 3, "unseen", 2,
+                      with_discount=True),
+    _smoothing_hidden("hidden: 4-grams at the start of a sentence", 4, "start", 2,
+                      with_discount=True),
+)
+
+_SMOOTHING_ERRORS = {
+    "ZeroDivisionError": "A history never seen has no counts to divide by: skip that order and "
+    "keep the estimate of the shorter history.",
+    "KeyError": "An n-gram that was never seen is not in counts: use counts.get(ngram, 0) to "
+    "read a count that may be missing.",
+}
+
+register(
+    Task(
+        id="1.5",
+        assignment=ASSIGNMENT,
+        func_name="kneser_ney_prob",
+        title="Interpolated Kneser-Ney from the counts of one order",
+        cases=_KN_CASES,
+        hidden=_KN_HIDDEN,
+        build_args=_build_smoothed_args,
+        reference=kneser_ney_prob,
+        to_plain=to_plain_float,
+        judge=_judge_kneser_ney,
+        forbidden=_NO_LIBRARIES,
+        error_hints=_SMOOTHING_ERRORS,
+        kind="extension",
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 1.6 witten_bell_prob (extension)
+# --------------------------------------------------------------------------------------------
+
+
+def witten_bell_prob(counts: dict[tuple[str, ...], int], word: str,
+                     context: tuple[str, ...]) -> float:
+    """Task 1.6: interpolated Witten-Bell from the n-gram counts of one order n.
+
+    At each order m, for the history u of the last m-1 tokens, with c(u .) its total count and
+    T(u) the number of distinct words seen after it::
+
+        P_WB(w | u) = (c(u w) + T(u) * P_WB(w | u')) / (c(u .) + T(u)),
+
+    raw counts at every order, the unigram MLE c(w) / N at the bottom, and a history never seen
+    skipped. Not in the book (nor in :mod:`coursepkg.ngram`): this is its reference.
+    """
+    return _witten_bell(counts, word, context)
+
+
+def _witten_bell(counts, word, context, *, no_types_in_denominator=False, vocab_types=False,
+                 backoff=False, unseen_zero=False, continuation_lower=False) -> float:
+    """Witten-Bell, and with a flag set one of its known mistakes (see the judge)."""
+    n = order_of(counts)
+    unigram = level_counts(counts, 1, continuation=continuation_lower and n > 1)
+    p = unigram.get((word,), 0) / sum(unigram.values())
+    for m in range(2, n + 1):
+        table = level_counts(counts, m, continuation=continuation_lower and m < n)
+        seen = followers(table, _history_arg(context, m))
+        if not seen:
+            if unseen_zero:
+                p = 0.0
+            continue
+        total, types = sum(seen.values()), len(seen)
+        if vocab_types:
+            types = len(unigram)
+        c = seen.get(word, 0)
+        denominator = total if no_types_in_denominator else total + types
+        if backoff:
+            p = c / denominator if c > 0 else types * p / denominator
+        else:
+            p = (c + types * p) / denominator
+    return p
+
+
+HINT_WB_DENOMINATOR = (
+    "The denominator is c(u .) + T(u): the history's count plus the number of distinct words "
+    "seen after it, so that the weights of the seen words and of the lower order sum to 1."
+)
+HINT_WB_TYPES = (
+    "T(u) is the number of distinct words seen after THIS history, not the size of the "
+    "vocabulary: a history followed by many different words trusts the shorter one more."
+)
+HINT_WB_BACKOFF = (
+    "Interpolate, do not back off: a word seen after the history also gets T(u) / (c(u .) + "
+    "T(u)) times the lower order's probability, added to its own count's share."
+)
+HINT_WB_CONTINUATION = (
+    "Witten-Bell uses the plain counts at every order (the m-gram counts the n-grams imply), "
+    "not Kneser-Ney's continuation counts."
+)
+HINT_WB_GENERIC = (
+    "Build the estimate from the unigram level up: start from c(w) / N, and at each order m "
+    "with a history seen T times as distinct followers, take (c(u w) + T * previous) / "
+    "(c(u .) + T); a history never seen leaves the estimate as it is."
+)
+
+
+def _judge_witten_bell(got: object, expected: object, args: dict) -> Verdict:
+    counts, word, context = _build_smoothed_args(args)
+
+    def variant(**flag: bool) -> Callable[[], float]:
+        return lambda: _witten_bell(counts, word, context, **flag)
+
+    variants = [
+        (HINT_UNSEEN_HISTORY, variant(unseen_zero=True)),
+        (HINT_WB_DENOMINATOR, variant(no_types_in_denominator=True)),
+        (HINT_WB_TYPES, variant(vocab_types=True)),
+        (HINT_WB_BACKOFF, variant(backoff=True)),
+        (HINT_WB_CONTINUATION, variant(continuation_lower=True)),
+    ]
+    return _float_verdict(got, expected, variants, HINT_WB_GENERIC, _describe_query(args))
+
+
+_WB_CASES = (
+    Case("bigrams: P(cat | the), a seen bigram", 1,
+         _query(_SMOOTH_BIGRAMS, "cat", ["the"], _SMOOTH_CORPUS)),
+    Case("bigrams: P(francisco | the), a word never seen after the history", 1,
+         _query(_SMOOTH_BIGRAMS, "francisco", ["the"], _SMOOTH_CORPUS)),
+    Case("trigrams: P(on | dog, sat), a seen trigram", 1,
+         _query(_SMOOTH_TRIGRAMS, "on", ["dog", "sat"], _SMOOTH_CORPUS)),
+    Case("trigrams: P(dog | mat, the), a history never seen", 1,
+         _query(_SMOOTH_TRIGRAMS, "dog", ["mat", "the"], _SMOOTH_CORPUS)),
+    Case("unigrams: P(cat), the context is ()", 1,
+         _query(_counts_arg(_SMOOTH_CORPUS, 1), "cat", [], _SMOOTH_CORPUS)),
+)
+
+_WB_HIDDEN = (
+    _smoothing_hidden("hidden: bigrams of a random corpus, a seen bigram", 2, "seen", 1.25,
+                      with_discount=False),
+    _smoothing_hidden("hidden: trigrams, a word never seen after a frequent history", 3,
+                      "never after", 1.25, with_discount=False),
+    _smoothing_hidden("hidden: trigrams, a history never seen", 3, "unseen", 1.25,
+                      with_discount=False),
+    _smoothing_hidden("hidden: 4-grams at the start of a sentence", 4, "start", 1.25,
+                      with_discount=False),
+)
+
+register(
+    Task(
+        id="1.6",
+        assignment=ASSIGNMENT,
+        func_name="witten_bell_prob",
+        title="Interpolated Witten-Bell from the counts of one order",
+        cases=_WB_CASES,
+        hidden=_WB_HIDDEN,
+        build_args=_build_smoothed_args,
+        reference=witten_bell_prob,
+        to_plain=to_plain_float,
+        judge=_judge_witten_bell,
+        forbidden=_NO_LIBRARIES,
+        error_hints=_SMOOTHING_ERRORS,
+        kind="extension",
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Questions 1.7 to 1.9: keys computed from coursepkg when the question is checked
+# --------------------------------------------------------------------------------------------
+
+#: The chapter's toy corpus (book/01_ngrams.md, "Count and normalise").
+TOY = ["to be or not to be", "to die to sleep", "to sleep perchance to dream"]
+#: The Shakespeare text of question 1.7.
+HAMLET = "Hamlet"
+#: The estimators of question 1.9, as NGramLM names them.
+ESTIMATORS = ("mle", "add_k", "kneser_ney")
+
+
+def uniform_perplexity_key() -> float:
+    """|V| of a unigram NGramLM fitted on the sentences of Hamlet: the perplexity of the
+    uniform distribution over that vocabulary, on any text made of its tokens."""
+    from coursepkg import data
+    from coursepkg.ngram import NGramLM
+
+    model = NGramLM(1).fit(data.sentences(data.shakespeare_plays()[HAMLET]))
+    return float(len(model.vocab))
+
+
+def distinct_bigrams_key() -> int:
+    """The number of distinct bigrams of the first two toy sentences, padded."""
+    from coursepkg.ngram import ngrams, pad
+
+    return len({gram for text in TOY[:2] for gram in ngrams(pad(text.split(), 2), 2)})
+
+
+def zero_for_unseen_key() -> str:
+    """The one estimator whose bigram model of the toy corpus gives P(or | dream) = 0."""
+    from coursepkg.ngram import NGramLM
+
+    toy = [text.split() for text in TOY]
+    zero = [name for name in ESTIMATORS if NGramLM(2, name).fit(toy).prob("or", ["dream"]) == 0]
+    if len(zero) != 1:
+        raise CheckerBug(f"question 1.9 expects one estimator with a zero, found {zero}")
+    return zero[0]
+
+
+#: What a question's function may not call: this module computes the keys (a function that
+#: asks it for one gets 0; the task's own reference is forbidden anyway).
+_QUESTION_FORBIDDEN = ("nltk", "coursepkg.checks.ch01_ngrams")
+
+
+def _question(*args, **kwargs) -> Task:
+    """:func:`coursepkg.checks.question` with the chapter's forbidden names."""
+    return replace(question(*args, **kwargs), forbidden=_QUESTION_FORBIDDEN)
+
+
+register(_question(
+    "1.7", ASSIGNMENT, "uniform_perplexity",
+    "Perplexity of the uniform model over Hamlet's vocabulary",
+    uniform_perplexity_key, points=1, kind_of_answer="number", tolerance=1e-6,
+    hint="Not the expected answer: a model that gives each of |V| tokens the same probability "
+    "1/|V| has a cross-entropy of ln |V| on any text; count the tokens of the vocabulary, '</s>' "
+    "included.",
+))
+register(_question(
+    "1.8", ASSIGNMENT, "distinct_bigrams",
+    "The number of distinct bigrams of two padded sentences",
+    distinct_bigrams_key, points=1, kind_of_answer="int",
+    hint="Not the expected answer: pad each sentence with one '<s>' and one '</s>', list its "
+    "bigrams, and count each different pair once over both sentences.",
+))
+register(_question(
+    "1.9", ASSIGNMENT, "zero_for_unseen",
+    "Which estimator gives an unseen bigram probability 0?",
+    zero_for_unseen_key, points=1, kind_of_answer="choice", choices=ESTIMATORS,
+    hint="Not the expected answer: which of the three formulas has nothing but the bigram's "
+    "own count in its numerator?",
+))
+
+
+# --------------------------------------------------------------------------------------------
+# Task 1.10 train_bigram (train): a bigram table of logits, trained by gradient descent
+# --------------------------------------------------------------------------------------------
+
+#: The number of symbols of the task's Markov sources (the model's vocabulary).
+SYMBOLS = 10
+#: The state_dict of the course model the student returns: ``nn.Embedding(10, 10)``, row i the
+#: logits of the symbol after symbol i.
+BIGRAM_SHAPES = {"weight": (SYMBOLS, SYMBOLS)}
+#: Excess held-out cross-entropy over the source's entropy rate (nats per symbol): full marks
+#: up to 0.05, half up to 0.15, a quarter up to 0.4. The reference stays below 0.03 in about
+#: a second; counting (the MLE) gets the same; an untrained table is about 1 nat above.
+BIGRAM_BANDS = ((0.05, 1.0), (0.15, 0.5), (0.4, 0.25))
+BIGRAM_TIME_LIMIT = 10.0
+#: Held-out sequences the grader scores a table on (drawn from the case's "_heldout" seed).
+HELD_OUT_SEQUENCES, HELD_OUT_LENGTH = 50, 400
+
+
+def bigram_model():
+    """The course model of task 1.10: a table of next-symbol logits, one row per symbol."""
+    from torch import nn
+
+    return nn.Embedding(SYMBOLS, SYMBOLS)
+
+
+def markov_chain(seed: int):
+    """The case's source: a random chain over :data:`SYMBOLS` symbols (coursepkg.data)."""
+    import torch
+
+    from coursepkg import data
+
+    return data.random_transition_matrix(SYMBOLS, generator=torch.Generator().manual_seed(seed),
+                                         sharpness=2.0)
+
+
+def markov_sequences(chain, seed: int, count: int, length: int):
+    import torch
+
+    from coursepkg import data
+
+    return data.markov_source(count, length, generator=torch.Generator().manual_seed(seed),
+                              transition=chain)
+
+
+def _build_bigram_args(args: dict) -> tuple:
+    """The student's arguments: the training sequences (B, T), the number of symbols, and a
+    seed for the initialisation (``"init"``: not the source's seed, from which the chain
+    itself could be rebuilt)."""
+    chain = markov_chain(args["seed"])
+    return (markov_sequences(chain, args["seed"] + 1, args["B"], args["T"]), SYMBOLS,
+            args["init"])
+
+
+def _bigram_held_out(args: dict) -> dict:
+    """The ``expected`` hook: the held-out sequences (as lists) and the source's entropy rate;
+    the trusted process only."""
+    from coursepkg import data
+
+    chain = markov_chain(args["seed"])
+    held_out = markov_sequences(chain, args["_heldout"], HELD_OUT_SEQUENCES, HELD_OUT_LENGTH)
+    return {"sequences": held_out.tolist(), "entropy_rate": data.markov_entropy_rate(chain)}
+
+
+def bigram_cross_entropy(weight, sequences) -> float:
+    """The mean cross-entropy (nats per symbol) of the logits table ``weight`` (K, K) on the
+    next symbol of every position of ``sequences`` (B, T) but the first."""
+    import torch
+
+    x = torch.as_tensor(sequences)
+    log_probs = torch.log_softmax(weight.double(), dim=-1)  # (K, K)
+    return -log_probs[x[:, :-1], x[:, 1:]].mean().item()
+
+
+def train_bigram(x, vocab_size: int, seed: int):
+    """Task 1.10: full-batch gradient descent (Adam) on the cross-entropy of the next symbol."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    model = nn.Embedding(vocab_size, vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.5)
+    previous, following = x[:, :-1].reshape(-1), x[:, 1:].reshape(-1)
+    for _ in range(60):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(previous), following).backward()
+        optimizer.step()
+    return model
+
+
+HINT_TRAIN_FAR = (
+    "The held-out loss is far above what the source allows: train the table on the sequences "
+    "you are given (each symbol predicts the next), minimising the cross-entropy, until the "
+    "training loss stops falling."
+)
+HINT_TRAIN_SHORT = (
+    "Partial credit: the table is still learning. Take more steps or a larger learning rate "
+    "until the training loss stops falling."
+)
+HINT_TRAIN_PROBABILITIES = (
+    "Return logits, not probabilities: the grader applies a softmax to each row of the table, "
+    "so a row of probabilities becomes almost uniform. Log-probabilities are logits too."
+)
+HINT_TRAIN_TRANSPOSED = (
+    "Row i of the table holds the logits of the symbol AFTER symbol i: your table is indexed "
+    "the other way round (the next symbol picks the row)."
+)
+
+def _judge_bigram(got: object, expected: dict, args: dict) -> Verdict:
+    import torch
+
+    from coursepkg.checks.tensors import state_dict_tensors
+
+    weight = state_dict_tensors(got, BIGRAM_SHAPES)["weight"]
+    floor = expected["entropy_rate"]
+    excess = bigram_cross_entropy(weight, expected["sequences"]) - floor
+    rows = weight.double().sum(dim=-1)
+    if bool((weight >= 0).all()) and bool(torch.allclose(rows, torch.ones_like(rows),
+                                                         atol=1e-3)):
+        return Verdict(False, HINT_TRAIN_PROBABILITIES, f"excess {excess:.4g} nats per symbol.")
+    worst = BIGRAM_BANDS[-1][0]
+    if excess > BIGRAM_BANDS[0][0]:
+        flipped = bigram_cross_entropy(weight.T, expected["sequences"]) - floor
+        if flipped < min(excess, worst):
+            return Verdict(False, HINT_TRAIN_TRANSPOSED, f"excess {excess:.4g} nats per symbol.")
+    hint = HINT_TRAIN_SHORT if excess <= worst else HINT_TRAIN_FAR
+    return banded(excess, BIGRAM_BANDS, higher_is_better=False, hint=hint,
+                  metric="held-out cross-entropy above the source's entropy rate (nats)")
+
+
+def _bigram_hidden(name: str) -> HiddenCase:
+    return HiddenCase(name, 3, lambda rng: {"seed": draw_seed(rng), "init": rng.randrange(1000),
+                                            "B": 20, "T": 400, "_heldout": draw_seed(rng)})
+
+
+register(
+    Task(
+        id="1.10",
+        assignment=ASSIGNMENT,
+        func_name="train_bigram",
+        title="Train a bigram table of logits by gradient descent",
+        cases=(Case("20 sequences of 400 symbols from a Markov source", 3,
+                    {"seed": 101, "init": 0, "B": 20, "T": 400, "_heldout": 9101}),),
+        hidden=(_bigram_hidden("hidden: another source"),
+                _bigram_hidden("hidden: a third source")),
+        build_args=_build_bigram_args,
+        reference=train_bigram,
+        to_plain=lambda value: state_dict_plain(value, BIGRAM_SHAPES),
+        judge=_judge_bigram,
+        forbidden=(*_NO_LIBRARIES, "coursepkg.lm.train", "coursepkg.data"),
+        kind="train",
+        time_limit=BIGRAM_TIME_LIMIT,
+        expected=_bigram_held_out,
     )
 )

@@ -1,38 +1,61 @@
-"""Chapter 2 tasks (``02_rnn``): an Elman step, an RNN over a sequence, an LSTM step, pooling.
+"""Chapter 2 tasks (``02_rnn``): backpropagation through time by hand, a GRU layer, an A/B
+acceptor trained within a budget, a truncated-BPTT training loop to debug, two questions.
 
-The conventions are those of :mod:`coursepkg.rnn`, which are torch's (``torch.nn.RNN`` and
-``torch.nn.LSTM`` with ``batch_first=True``): tensors are batch first; a weight matrix has one row
-per output unit, so the products are ``x_t @ weight_ih.T``; the LSTM stacks its four gates in the
-order i, f, g, o. The references are the package's own tested functions.
+None of these functions is shown by the chapter page: the page shows the Elman and LSTM steps,
+the module's loop, pooling and an A/B training loop at length 40 on fresh strings. Here:
 
-A case's ``args`` hold a seed, sizes and a dtype name (a row of the task's table: ``Step``,
-``Run``, ``LSTMStep``, ``Pool``); ``build_args`` draws the tensors from a seeded
-``torch.Generator``, so the grader's worker and its trusted process build the same inputs. The
-hidden cases' generators draw the seed and the sizes from the grader's random generator and keep
-what each case is for (float64, one time step, a batch of one, one hidden unit, larger sizes).
-A returned tensor becomes the plain value ``{"shape": [...], "dtype": "float32", "data": [...]}``.
-The judges compare shapes first (naming the known shape mistakes: time-major outputs, outputs
-not collected, ...), then dtypes, then values within the dtype's tolerance, and recognise known
-wrong implementations by recomputing each one from the case's inputs. The tensor helpers are
-shared with the later chapters (:mod:`coursepkg.checks.tensors`); here an answer with NaN or
-infinite values is told so at once (``non_finite_mistakes=False``).
+* 2.1 ``bptt_gradients`` (formula): the chapter's Jacobian product, computed by hand, backwards
+  through the states of an Elman RNN (the page only states it, and measures it with autograd);
+* 2.2 ``gru_layer`` (extension): the gated recurrent unit, with torch's equations and gate
+  order, run over a batch of sequences; its reference lives here, with the checks;
+* 2.3 ``train_ab_acceptor`` (train): train the course's :class:`ABAcceptor` on a fixed set of
+  A/B strings of length 20 within a time budget; judged on held-out strings drawn from a seed
+  the student's function never sees, by bands of held-out accuracy;
+* 2.4 ``train_tbptt`` (debug): a truncated-BPTT loop for a character language model, given
+  with three planted bugs; judged on the weights it returns after a few SGD steps;
+* 2.5 ``lstm_parameter_count`` and 2.6 ``vanishing_distance`` (questions), their keys computed
+  from :mod:`coursepkg.rnn` when checked.
 
-Shape letters: B batch, T time steps, I input features, Hs hidden units, F features.
+The conventions are those of :mod:`coursepkg.rnn`, which are torch's (``batch_first=True``):
+tensors are batch first; a weight matrix has one row per output unit, so the products are
+``x_t @ weight_ih.T``; torch's GRU stacks its gates in the order r, z, n. A case's ``args``
+hold a seed, sizes and a dtype name (a row of the task's table); ``build_args`` draws the
+tensors from a seeded ``torch.Generator``, so the grader's worker and its trusted process build
+the same inputs. The judges compare shapes first, then dtypes, then values within the dtype's
+tolerance, and recognise known wrong implementations by recomputing each one from the case's
+inputs (:mod:`coursepkg.checks.tensors`).
+
+Shape letters: B batch, T time steps, I input features, Hs hidden units, V vocabulary, E
+embedding width, N tokens of a text.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-from coursepkg import rnn
-from coursepkg.checks import masks
-from coursepkg.checks.core import Args, Task, draw_seed, draw_sizes, hidden, register
+from coursepkg import data, rnn
+from coursepkg.checks.core import (
+    Args,
+    Case,
+    CheckError,
+    HiddenCase,
+    Task,
+    Verdict,
+    banded,
+    draw_seed,
+    draw_sizes,
+    hidden,
+    question,
+    register,
+)
 from coursepkg.checks.forbidden import RECURRENT_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
@@ -42,6 +65,8 @@ from coursepkg.checks.tensors import (
     generator,
     normal,
     parts_plain,
+    state_dict_plain,
+    state_dict_tensors,
     tensor_judge,
     tensor_plain,
     with_weights,
@@ -49,11 +74,12 @@ from coursepkg.checks.tensors import (
 
 ASSIGNMENT = "02_rnn"
 
-# The package's recurrent code, torch's recurrent modules and their fused kernels do the whole
-# task; a student must write the arithmetic.
+# torch's recurrent modules and their fused kernels do a whole recurrence; the package's own
+# recurrent code and the checks hold the answers.
 _NO_RECURRENT_LIBRARIES = (
     "coursepkg.rnn",
     "coursepkg.checks",
+    "coursepkg.lm",
     "torch.nn.RNN",
     "torch.nn.LSTM",
     "torch.nn.GRU",
@@ -66,377 +92,413 @@ _NO_RECURRENT_LIBRARIES = (
     "torch.rnn_relu_cell",
     "torch.lstm",
     "torch.lstm_cell",
+    "torch.gru",
+    "torch.gru_cell",
     *RECURRENT_KERNELS,
 )
-_NO_POOLING_LIBRARIES = ("coursepkg.rnn", "coursepkg.checks")
-
-
-# --------------------------------------------------------------------------------------------
-# Hints shared by the tasks
-# --------------------------------------------------------------------------------------------
 
 HINT_WRONG_TYPE = "Return torch tensors, computed with torch operations on the whole batch."
-HINT_NO_BIAS = (
-    "Add the biases: the pre-activation is x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T "
-    "+ bias_hh. Without them every unit's threshold is stuck at 0."
-)
-HINT_ONE_BIAS = (
-    "Add both biases, bias_ih AND bias_hh (torch keeps one per matrix product): one of them is "
-    "missing from your pre-activation."
-)
-HINT_TRANSPOSE = (
-    "Multiply by the transposed weights: a weight matrix has one row per hidden unit "
-    "(weight_ih is (Hs, I), weight_hh is (Hs, Hs)), so the products are x_t @ weight_ih.T and "
-    "h_prev @ weight_hh.T."
-)
-HINT_WEIGHTS_SWAPPED = (
-    "weight_ih multiplies the input x_t and weight_hh the previous state h_prev, not the other "
-    "way round."
-)
 
 
-# --------------------------------------------------------------------------------------------
-# Drawing the inputs of a case (all from a seeded generator)
-# --------------------------------------------------------------------------------------------
-
-
-def _state(gen: torch.Generator, shape: tuple[int, ...], kind: str, dtype, scale: float = 1.0):
+def _state(gen: torch.Generator, shape: tuple[int, ...], kind: str, dtype) -> Tensor:
     """A hidden state: ``"random"`` (tanh of normal values, as an RNN's states are) or zeros."""
-    values = torch.tanh(normal(gen, shape, scale, dtype))
+    values = torch.tanh(normal(gen, shape, 1.0, dtype))
     return values if kind == "random" else torch.zeros_like(values)
 
 
 # --------------------------------------------------------------------------------------------
-# Task 2.1 elman_step
+# Task 2.1 bptt_gradients (formula)
 # --------------------------------------------------------------------------------------------
 
-HINT_NO_TANH = (
-    "Apply tanh to the pre-activation: without a nonlinearity an RNN is a linear map of its "
-    "inputs, however many steps it takes."
+HINT_BPTT_TRANSPOSE = (
+    "With row vectors, h_t depends on h_{t-1} through h_{t-1} W_hh^T, so the chain rule sends "
+    "a row gradient back through W_hh itself, not through its transpose: check which side of "
+    "the product the weights go on."
 )
-HINT_TANH_PARTIAL = (
-    "Apply tanh once, to the whole sum: tanh(x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T "
-    "+ bias_hh). Your tanh covers only part of it (e.g. only the recurrent term) and the rest "
-    "is added outside."
+HINT_BPTT_WHICH_STATE = (
+    "The derivative of tanh belongs to the step being undone: going from h_t back to h_{t-1} "
+    "multiplies by 1 - h_t^2 (the state that tanh produced at step t), not 1 - h_{t-1}^2."
 )
-HINT_TANH_ON_INPUT = (
-    "tanh goes around the sum, after the matrix products, not on the inputs before them: "
-    "multiply x_t as given by weight_ih.T, add h_prev @ weight_hh.T and the biases, then take "
-    "tanh of the total."
+HINT_BPTT_NO_DERIVATIVE = (
+    "Each step back must also multiply by the derivative of tanh at that step, 1 - h_t^2, "
+    "element by element: the Jacobian is diag(1 - h_t^2) W_hh, not W_hh alone."
 )
-HINT_OTHER_NONLINEARITY = (
-    "The Elman RNN here uses torch.tanh, not sigmoid or ReLU: tanh keeps h_t in (-1, 1), "
-    "centred on 0."
+HINT_BPTT_DERIVATIVE_FORM = (
+    "The derivative of tanh, written with its output h = tanh(a), is 1 - h^2: the states you "
+    "are given are already tanh of the pre-activations, so do not apply tanh to them again, "
+    "and square them."
 )
-HINT_ELMAN_SHAPE = (
-    "h_t has the shape of h_prev, (B, Hs): one row per sequence of the batch, one column per "
-    "hidden unit. Multiply x_t @ weight_ih.T, not weight_ih @ x_t.T."
+HINT_BPTT_FACTOR_ORDER = (
+    "The element-wise factor 1 - h_t^2 applies to the gradient with respect to h_t BEFORE it "
+    "goes through the weights: first scale, then multiply by W_hh (the two do not commute)."
 )
-HINT_ELMAN_GENERIC = (
-    "h_t = tanh(x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh), computed for the "
-    "whole batch at once."
+HINT_BPTT_TIME_ORDER = (
+    "Keep each gradient at its own position: grads[:, t] is the gradient with respect to h_t, "
+    "so grads[:, T - 1] is grad_last; you computed them backwards, so put them back in time "
+    "order before stacking."
+)
+HINT_BPTT_SHIFTED = (
+    "grads[:, T - 1] is grad_last itself, unchanged: the loss reaches the last state directly. "
+    "Each earlier position is one step back from the position after it."
+)
+HINT_BPTT_SHAPE = "Return one gradient per state: (B, T, Hs), the shape of states."
+HINT_BPTT_GENERIC = (
+    "Start from the gradient with respect to the last state and walk back one step at a time: "
+    "each step scales the gradient by the derivative of tanh at the later state and maps it "
+    "through the recurrent weights; keep every gradient at the position of its state."
 )
 
-_ElmanStep = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+_BPTT_FORBIDDEN = (
+    "coursepkg.rnn",
+    "coursepkg.checks",
+    "coursepkg.lm",
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.autograd.functional",
+    "torch.Tensor.backward",
+    "torch.func",
+)
 
 
-def _elman_mistakes() -> list[tuple[str, _ElmanStep]]:
-    """Known wrong Elman steps ``f(x, h, w_ih, w_hh, b_ih, b_hh)``, most specific first."""
-    tanh, sigmoid, relu = torch.tanh, torch.sigmoid, torch.relu
+def bptt_gradients(states: Tensor, weight_hh: Tensor, grad_last: Tensor) -> Tensor:
+    """Task 2.1's reference: ``dL/dh_t`` for every t, for a loss of the last state only.
+
+    With row vectors, ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)``, so one step
+    back is ``dL/dh_{t-1} = (dL/dh_t * (1 - h_t^2)) W_hh``.
+
+    Args:
+        states: (B, T, Hs) the RNN's states h_0 ... h_{T-1}.
+        weight_hh: (Hs, Hs) the recurrent weights.
+        grad_last: (B, Hs) dL/dh_{T-1}.
+
+    Returns:
+        (B, T, Hs) dL/dh_t at every position t.
+    """
+    grads = [grad_last]  # from the last position back
+    for t in range(states.shape[1] - 1, 0, -1):
+        grads.append((grads[-1] * (1 - states[:, t] ** 2)) @ weight_hh)  # (B, Hs)
+    return torch.stack(grads[::-1], dim=1)  # (B, T, Hs)
+
+
+def _walk_back(states: Tensor, grad_last: Tensor,
+               back: Callable[[Tensor, int], Tensor]) -> list[Tensor]:
+    """The gradients a (possibly wrong) backward step gives, from the last position back."""
+    grads = [grad_last]
+    for t in range(states.shape[1] - 1, 0, -1):
+        grads.append(back(grads[-1], t))
+    return grads
+
+
+def _bptt_variants(inputs: tuple) -> list[Variant]:
+    h, w, g = inputs
+
+    def timed(back: Callable[[Tensor, int], Tensor]) -> Callable[[], tuple[Tensor]]:
+        return lambda: (torch.stack(_walk_back(h, g, back)[::-1], dim=1),)
+
+    def shifted() -> tuple[Tensor]:
+        grads = [(g * (1 - h[:, -1] ** 2)) @ w]
+        for t in range(h.shape[1] - 1, 0, -1):
+            grads.append((grads[-1] * (1 - h[:, t - 1] ** 2)) @ w)
+        return (torch.stack(grads[::-1], dim=1),)
+
+    right = lambda grad, t: (grad * (1 - h[:, t] ** 2)) @ w  # noqa: E731
     return [
-        (HINT_NO_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + h @ wh.T)),
-        (HINT_ONE_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi + h @ wh.T)),
-        (HINT_ONE_BIAS, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + h @ wh.T + bh)),
-        (HINT_NO_TANH, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + h @ wh.T + bh),
-        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + tanh(h @ wh.T + bh)),
-        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + bh + tanh(h @ wh.T)),
-        (HINT_TANH_PARTIAL, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi) + h @ wh.T + bh),
-        (HINT_TANH_PARTIAL,
-         lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi) + tanh(h @ wh.T + bh)),
-        (HINT_TANH_ON_INPUT, lambda x, h, wi, wh, bi, bh: tanh(x) @ wi.T + bi + h @ wh.T + bh),
-        (HINT_TANH_ON_INPUT,
-         lambda x, h, wi, wh, bi, bh: tanh(x) @ wi.T + bi + tanh(h) @ wh.T + bh),
-        (HINT_TANH_ON_INPUT,
-         lambda x, h, wi, wh, bi, bh: tanh(tanh(x) @ wi.T + bi + h @ wh.T + bh)),
-        (HINT_OTHER_NONLINEARITY,
-         lambda x, h, wi, wh, bi, bh: sigmoid(x @ wi.T + bi + h @ wh.T + bh)),
-        (HINT_OTHER_NONLINEARITY,
-         lambda x, h, wi, wh, bi, bh: relu(x @ wi.T + bi + h @ wh.T + bh)),
-        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi.T + bi + h @ wh + bh)),
-        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi + bi + h @ wh.T + bh)),
-        (HINT_TRANSPOSE, lambda x, h, wi, wh, bi, bh: tanh(x @ wi + bi + h @ wh + bh)),
-        (HINT_WEIGHTS_SWAPPED, lambda x, h, wi, wh, bi, bh: tanh(x @ wh.T + bi + h @ wi.T + bh)),
+        (HINT_BPTT_TRANSPOSE, timed(lambda grad, t: (grad * (1 - h[:, t] ** 2)) @ w.T), ""),
+        (HINT_BPTT_WHICH_STATE, timed(lambda grad, t: (grad * (1 - h[:, t - 1] ** 2)) @ w), ""),
+        (HINT_BPTT_NO_DERIVATIVE, timed(lambda grad, t: grad @ w), ""),
+        (HINT_BPTT_NO_DERIVATIVE, timed(lambda grad, t: grad @ w.T), ""),
+        (HINT_BPTT_DERIVATIVE_FORM, timed(lambda grad, t: (grad * (1 - h[:, t])) @ w), ""),
+        (HINT_BPTT_DERIVATIVE_FORM,
+         timed(lambda grad, t: (grad * (1 - torch.tanh(h[:, t]) ** 2)) @ w), ""),
+        (HINT_BPTT_FACTOR_ORDER, timed(lambda grad, t: (grad @ w) * (1 - h[:, t] ** 2)), ""),
+        (HINT_BPTT_FACTOR_ORDER,
+         timed(lambda grad, t: (grad @ w) * (1 - h[:, t - 1] ** 2)), ""),
+        (HINT_BPTT_TIME_ORDER, lambda: (torch.stack(_walk_back(h, g, right), dim=1),), ""),
+        (HINT_BPTT_SHIFTED, shifted, ""),
     ]
 
 
-def _build_elman_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, n_in, Hs = int(args["B"]), int(args["n_in"]), int(args["Hs"])
-    x_t = normal(gen, (B, n_in), 1.0, dtype)
-    h_prev = _state(gen, (B, Hs), args["h_prev"], dtype)
-    return (x_t, h_prev, *cell_parameters(gen, 1, n_in, Hs, dtype))
-
-
-def _elman_to_plain(value: object) -> dict:
-    return tensor_plain(value, "h_t")
-
-
-def _elman_shape_hint(got: list, expected: list, k: int) -> str:
-    return HINT_ELMAN_SHAPE
-
-
-def _elman_variants(inputs: tuple) -> list[Variant]:
-    return [(hint, lambda f=f: (f(*inputs),), "") for hint, f in _elman_mistakes()]
-
-
-_judge_elman = tensor_judge(_build_elman_args, ("h_t",), _elman_variants, _elman_shape_hint,
-                            HINT_ELMAN_GENERIC, non_finite_mistakes=False)
+def _bptt_shape_hint(got: list, expected: list, k: int) -> str:
+    return HINT_BPTT_SHAPE
 
 
 @dataclass(frozen=True)
-class Step(Args):
-    """A case of task 2.1 (and 2.3's sizes): x_t (B, n_in), h_prev (B, Hs)."""
+class Back(Args):
+    """A case of task 2.1: the states of an Elman RNN (B, T, Hs) run over random inputs, its
+    W_hh (Hs, Hs), and a random gradient at the last state (B, Hs)."""
 
     seed: int
     B: int
-    n_in: int
+    T: int
     Hs: int
-    h_prev: str = "random"
     dtype: str = "float32"
 
 
-_ELMAN_CASES = (
-    Step(201, B=2, n_in=3, Hs=4).case("a batch of 2, 3 inputs, 4 hidden units"),
-    Step(202, B=3, n_in=2, Hs=5, h_prev="zeros").case("the first step: h_prev = 0"),
-    Step(203, B=4, n_in=5, Hs=3).case("a batch of 4, 5 inputs, 3 hidden units"),
+def _build_bptt_args(args: dict) -> tuple:
+    gen, dtype = generator(args)
+    B, T, Hs = int(args["B"]), int(args["T"]), int(args["Hs"])
+    n_in = 3
+    weight_ih, weight_hh, bias_ih, bias_hh = cell_parameters(gen, 1, n_in, Hs, torch.float64)
+    weight_hh = weight_hh * 1.5  # states well inside (-1, 1) and some near its ends
+    x = normal(gen, (B, T, n_in), 1.0, torch.float64)
+    h = torch.zeros(B, Hs, dtype=torch.float64)
+    states = []
+    for t in range(T):
+        h = rnn.elman_step(x[:, t], h, weight_ih, weight_hh, bias_ih, bias_hh)
+        states.append(h)
+    grad_last = normal(gen, (B, Hs), 1.0, torch.float64)
+    return torch.stack(states, dim=1).to(dtype), weight_hh.to(dtype), grad_last.to(dtype)
+
+
+_BPTT_CASES = (
+    Back(211, B=2, T=4, Hs=3).case("2 sequences of 4 states, 3 hidden units"),
+    Back(212, B=1, T=6, Hs=5).case("1 sequence of 6 states, 5 hidden units"),
+    Back(213, B=3, T=1, Hs=4).case("one state: nothing to go back through"),
 )
 
-
-def _square(rng: random.Random) -> Step:
-    n = rng.randint(2, 5)
-    return Step(draw_seed(rng), B=1, n_in=n, Hs=n)
-
-
-_ELMAN_HIDDEN = (
-    hidden("hidden: float64", lambda rng: Step(draw_seed(rng), rng.randint(2, 4),
-                                               *draw_sizes(rng, 2, 2, 7), dtype="float64")),
-    hidden("hidden: a batch of one, as many inputs as hidden units", _square),
+_BPTT_HIDDEN = (
+    hidden("hidden: float64", lambda rng: Back(draw_seed(rng), rng.randint(2, 4),
+                                               rng.randint(3, 6), rng.randint(2, 6),
+                                               dtype="float64")),
+    hidden("hidden: a long sequence",
+           lambda rng: Back(draw_seed(rng), rng.randint(1, 3), rng.randint(15, 25),
+                            rng.randint(3, 6))),
     hidden("hidden: one hidden unit",
-           lambda rng: Step(draw_seed(rng), rng.randint(2, 4), rng.randint(2, 4), 1)),
-    hidden("hidden: larger sizes", lambda rng: Step(draw_seed(rng), rng.randint(6, 10),
-                                                    rng.randint(8, 12), rng.randint(12, 20))),
+           lambda rng: Back(draw_seed(rng), rng.randint(2, 4), rng.randint(3, 6), 1)),
 )
-
-_ELMAN_ERROR_HINTS = {
-    "RuntimeError": "A tensor operation failed, most often because shapes do not fit: x_t is "
-    "(B, I), h_prev (B, Hs), weight_ih (Hs, I), weight_hh (Hs, Hs), so the products are "
-    "x_t @ weight_ih.T and h_prev @ weight_hh.T.",
-    "CheckError": HINT_WRONG_TYPE,
-}
 
 register(
     Task(
         id="2.1",
         assignment=ASSIGNMENT,
-        func_name="elman_step",
-        title="One step of an Elman RNN",
-        cases=_ELMAN_CASES,
-        hidden=_ELMAN_HIDDEN,
-        build_args=_build_elman_args,
-        reference=rnn.elman_step,
-        to_plain=_elman_to_plain,
-        judge=_judge_elman,
-        forbidden=_NO_RECURRENT_LIBRARIES,
-        error_hints=_ELMAN_ERROR_HINTS,
+        func_name="bptt_gradients",
+        title="Backpropagation through time by hand: the gradient at every state",
+        cases=_BPTT_CASES,
+        hidden=_BPTT_HIDDEN,
+        build_args=_build_bptt_args,
+        reference=bptt_gradients,
+        to_plain=lambda value: tensor_plain(value, "grads"),
+        judge=tensor_judge(_build_bptt_args, ("grads",), _bptt_variants, _bptt_shape_hint,
+                           HINT_BPTT_GENERIC, non_finite_mistakes=False),
+        forbidden=_BPTT_FORBIDDEN,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "states is (B, T, Hs), weight_hh (Hs, Hs), grad_last and every gradient (B, Hs).",
+            "IndexError": "An index ran past the end of the time axis: the states are at "
+            "positions 0 to T - 1.",
+            "CheckError": HINT_WRONG_TYPE,
+        },
+        kind="formula",
     )
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 2.2 run_rnn
+# Task 2.2 gru_layer (extension)
 # --------------------------------------------------------------------------------------------
 
-HINT_H0_REUSED = (
+HINT_GRU_GATE_ORDER = (
+    "The rows of torch's GRU weights hold the gates in the order r, z, n (reset, update, new): "
+    "cut the stacked pre-activations in that order."
+)
+HINT_GRU_RESET_OUTSIDE = (
+    "In torch's GRU the reset gate scales the whole recurrent part of the candidate, its bias "
+    "included: r * (h W_hn^T + b_hn), not r * (h W_hn^T) + b_hn."
+)
+HINT_GRU_RESET_BEFORE = (
+    "That is the GRU of Cho et al. (2014), which resets the state before the product, "
+    "(r * h) W_hn^T; torch (and this task) applies r after the product, to h W_hn^T + b_hn."
+)
+HINT_GRU_RESET_EVERYWHERE = (
+    "The reset gate scales only the recurrent part of the candidate; the input part "
+    "x W_in^T + b_in is added unscaled."
+)
+HINT_GRU_NO_RESET = (
+    "The candidate n uses the reset gate: without it the cell cannot ignore its old state "
+    "when it computes the new content."
+)
+HINT_GRU_INTERPOLATION = (
+    "The update gate z is the share of the OLD state kept: h_t = (1 - z) * n + z * h_prev. "
+    "You swapped the roles of the old state and the candidate."
+)
+HINT_GRU_NONLINEARITY = (
+    "r and z are gates, fractions in (0, 1) (sigmoid); the candidate n is a value in (-1, 1) "
+    "(tanh)."
+)
+HINT_GRU_H0_REUSED = (
     "Each step must start from the state the previous step returned: update h inside the loop "
-    "(h = elman_step(x[:, t], h, ...)) instead of passing h0 to every step."
+    "instead of passing h0 to every step."
 )
-HINT_H0_IGNORED = (
+HINT_GRU_H0_IGNORED = (
     "Start from the given initial state h0, not from zeros: h0 is the state before the first "
-    "input (it may carry what an earlier chunk of text left)."
+    "input."
 )
-HINT_OUTPUTS_SHIFTED = (
-    "outputs[:, t] is the state AFTER reading x[:, t]: keep the state the step returns, not the "
-    "one it started from (h0 is not an output)."
+HINT_GRU_SHIFTED = (
+    "outputs[:, t] is the state AFTER reading x[:, t]: keep the state each step returns, not "
+    "the one it started from (h0 is not an output)."
 )
-HINT_H_T = (
-    "h_T is the state after the last step, the same as outputs[:, -1]: return the final h, not "
-    "h0 or the first output."
+HINT_GRU_H_T = (
+    "h_T is the state after the last step, the same as outputs[:, -1]."
 )
-HINT_REVERSED = (
-    "Read the sequence left to right, t = 0, 1, ..., T - 1, and keep each state at its own "
-    "position t."
+HINT_GRU_TIME_MAJOR = (
+    "outputs must be batch first, (B, T, Hs): the time steps go along the second dimension."
 )
-HINT_SAME_INPUT = "Step t reads the input at time t, x[:, t]: your steps all read the same input."
-HINT_TIME_MAJOR = (
-    "outputs must be batch first, (B, T, Hs): stack the states along dim=1 "
-    "(torch.stack(states, dim=1)); stacking along dim=0 gives (T, B, Hs)."
+HINT_GRU_NOT_COLLECTED = (
+    "outputs holds the state after EVERY step, (B, T, Hs); the last state alone is h_T."
 )
-HINT_OUTPUTS_NOT_COLLECTED = (
-    "outputs holds the hidden state after EVERY step, (B, T, Hs): keep h after each step in a "
-    "list and stack the list along dim=1. The last state alone is h_T."
-)
-HINT_OUTPUTS_WITH_H0 = (
-    "outputs has one state per input, T in all: leave out h0, the state before the first input."
-)
-HINT_H_T_SHAPE = (
+HINT_GRU_H_T_SHAPE = (
     "h_T is one state per sequence, (B, Hs) like h0, without the leading layer dimension that "
-    "torch.nn.RNN adds."
+    "torch.nn.GRU adds."
 )
-HINT_RUN_ORDER = "Return the pair in the order (outputs, h_T)."
-HINT_RUN_SHAPE = (
+HINT_GRU_ORDER = "Return the pair in the order (outputs, h_T)."
+HINT_GRU_SHAPE = (
     "Return (outputs, h_T): outputs (B, T, Hs), the state after every step, batch first; h_T "
     "(B, Hs), the state after the last step."
 )
-HINT_STEP_WRONG = (
-    "The loop is right but the step is not: your outputs are those of an RNN whose step has a "
-    "mistake. Make elman_step pass task 2.1, then call it here."
-)
-HINT_RUN_GENERIC = (
-    "Loop over time: start from h = h0; for t in range(T): h = elman_step(x[:, t], h, ...) and "
-    "keep each h. Return torch.stack(kept, dim=1) and the last h."
+HINT_GRU_GENERIC = (
+    "Per step: the input part and the recurrent part of the three pre-activations (rows r, z, "
+    "n), sigmoid gates r and z, the candidate n = tanh(input part + r * recurrent part), and "
+    "the new state mixing n and the old state with weights 1 - z and z; then loop over time, "
+    "keeping every state."
 )
 
 
-def _build_run_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["n_in"]), int(args["Hs"])
-    x = normal(gen, (B, T, n_in), 1.0, dtype)
-    h0 = _state(gen, (B, Hs), args["h0"], dtype)
-    return (x, h0, *cell_parameters(gen, 1, n_in, Hs, dtype))
-
-
-def run_rnn(
-    x: Tensor, h0: Tensor, weight_ih: Tensor, weight_hh: Tensor, bias_ih: Tensor, bias_hh: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Task 2.2's reference: :class:`coursepkg.rnn.ElmanRNN` with the given parameters.
+def gru_step(x_t: Tensor, h: Tensor, weight_ih: Tensor, weight_hh: Tensor, bias_ih: Tensor,
+             bias_hh: Tensor) -> Tensor:
+    """One GRU step with torch's equations (gates r, z, n stacked in that order).
 
     Args:
-        x: (B, T, I) inputs; h0: (B, Hs) initial state; the parameters as in ``elman_step``.
+        x_t: (B, I); h: (B, Hs); weight_ih: (3 Hs, I); weight_hh: (3 Hs, Hs); biases (3 Hs,).
+
+    Returns:
+        (B, Hs) the new state ``(1 - z) * n + z * h``.
+    """
+    i_r, i_z, i_n = (x_t @ weight_ih.T + bias_ih).chunk(3, dim=-1)  # each (B, Hs)
+    h_r, h_z, h_n = (h @ weight_hh.T + bias_hh).chunk(3, dim=-1)
+    r = torch.sigmoid(i_r + h_r)
+    z = torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
+def gru_layer(x: Tensor, h0: Tensor, weight_ih: Tensor, weight_hh: Tensor, bias_ih: Tensor,
+              bias_hh: Tensor) -> tuple[Tensor, Tensor]:
+    """Task 2.2's reference: a one-layer GRU over a batch, equal to ``torch.nn.GRU``.
+
+    Args:
+        x: (B, T, I) inputs, batch first; h0: (B, Hs); the parameters as in :func:`gru_step`.
 
     Returns:
         ``(outputs (B, T, Hs), h_T (B, Hs))``.
     """
-    n_in, Hs = x.shape[-1], h0.shape[-1]
-    model = with_weights(lambda: rnn.ElmanRNN(n_in, Hs), x.dtype,
-                         {"weight_ih_l0": weight_ih, "weight_hh_l0": weight_hh,
-                          "bias_ih_l0": bias_ih, "bias_hh_l0": bias_hh})
-    with torch.no_grad():
-        outputs, h_n = model(x, h0.unsqueeze(0))  # (B, T, Hs), (1, B, Hs)
-    return outputs, h_n[0]
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = gru_step(x[:, t], h, weight_ih, weight_hh, bias_ih, bias_hh)
+        states.append(h)
+    return torch.stack(states, dim=1), h
 
 
-def _run_to_plain(value: object) -> list[dict]:
-    return parts_plain(value, ("outputs", "h_T"))
+_GruStep = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def _gru_step_variant(*, order: str = "rzn", reset: str = "after", mix: str = "right",
+                      acts: str = "sst") -> _GruStep:
+    """A GRU step with one known mistake (the defaults are torch's GRU)."""
+
+    def step(x_t, h, wi, wh, bi, bh):  # noqa: ANN001, ANN202
+        act = {"s": torch.sigmoid, "t": torch.tanh}
+        gi = dict(zip(order, (x_t @ wi.T + bi).chunk(3, dim=-1), strict=True))
+        gh = dict(zip(order, (h @ wh.T + bh).chunk(3, dim=-1), strict=True))
+        r = act[acts[0]](gi["r"] + gh["r"])
+        z = act[acts[1]](gi["z"] + gh["z"])
+        rows = slice(2 * h.shape[-1], None)
+        n_of = {
+            "after": lambda: gi["n"] + r * gh["n"],
+            "outside": lambda: gi["n"] + r * (gh["n"] - bh[rows]) + bh[rows],
+            "before": lambda: gi["n"] + (r * h) @ wh[rows].T + bh[rows],
+            "everywhere": lambda: r * (gi["n"] + gh["n"]),
+            "none": lambda: gi["n"] + gh["n"],
+        }
+        n = act[acts[2]](n_of[reset]())
+        return (1 - z) * n + z * h if mix == "right" else z * n + (1 - z) * h
+
+    return step
+
+
+def _gru_mistakes() -> list[tuple[str, _GruStep]]:
+    """Known wrong GRU steps, most specific first."""
+    mistakes = [(HINT_GRU_GATE_ORDER, _gru_step_variant(order="".join(order)))
+                for order in itertools.permutations("rzn") if "".join(order) != "rzn"]
+    return mistakes + [
+        (HINT_GRU_RESET_OUTSIDE, _gru_step_variant(reset="outside")),
+        (HINT_GRU_RESET_BEFORE, _gru_step_variant(reset="before")),
+        (HINT_GRU_RESET_EVERYWHERE, _gru_step_variant(reset="everywhere")),
+        (HINT_GRU_NO_RESET, _gru_step_variant(reset="none")),
+        (HINT_GRU_INTERPOLATION, _gru_step_variant(mix="swapped")),
+        (HINT_GRU_NONLINEARITY, _gru_step_variant(acts="sss")),
+        (HINT_GRU_NONLINEARITY, _gru_step_variant(acts="tts")),
+    ]
 
 
 def _scan(x: Tensor, h0: Tensor, step: Callable[[Tensor, Tensor], Tensor], *,
-          times: Sequence[int] | None = None, reuse_h0: bool = False, same_input: bool = False,
-          ) -> tuple[list[Tensor], Tensor]:
-    """Run ``step`` over time the way a loop (possibly a wrong one) does.
-
-    Returns:
-        the state computed at each time (in time order, or in ``times`` order) and the last one.
-    """
-    T = x.shape[1]
-    h = h0
-    states = []
-    for t in range(T) if times is None else times:
-        h = step(x[:, 0 if same_input else t], h0 if reuse_h0 else h)
+          reuse_h0: bool = False) -> list[Tensor]:
+    """The state after each step of a (possibly wrong) loop."""
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = step(x[:, t], h0 if reuse_h0 else h)
         states.append(h)
-    return states, h
+    return states
 
 
-def _run_variants(inputs: tuple) -> list[Variant]:
+def _gru_variants(inputs: tuple) -> list[Variant]:
     x, h0, wi, wh, bi, bh = inputs
-    T = x.shape[1]
 
     def step(x_t: Tensor, h: Tensor) -> Tensor:
-        return rnn.elman_step(x_t, h, wi, wh, bi, bh)
+        return gru_step(x_t, h, wi, wh, bi, bh)
 
-    def stacked(states: list[Tensor]) -> Tensor:
-        return torch.stack(states, dim=1)  # (B, T, Hs)
-
-    def reused() -> tuple[Tensor, Tensor]:
-        states, last = _scan(x, h0, step, reuse_h0=True)
-        return stacked(states), last
-
-    def from_zeros() -> tuple[Tensor, Tensor]:
-        states, last = _scan(x, torch.zeros_like(h0), step)
-        return stacked(states), last
-
-    def shifted() -> tuple[Tensor, Tensor]:
-        states, last = _scan(x, h0, step)
-        return stacked([h0, *states[:-1]]), last
-
-    def final_is(which: str) -> Callable[[], tuple[Tensor, Tensor]]:
+    def loop(start: Tensor, *, reuse: bool = False, shift: bool = False,
+             last: str = "last") -> Callable[[], tuple[Tensor, Tensor]]:
         def compute() -> tuple[Tensor, Tensor]:
-            states, _ = _scan(x, h0, step)
-            return stacked(states), h0 if which == "h0" else states[0]
+            states = _scan(x, start, step, reuse_h0=reuse)
+            kept = [start, *states[:-1]] if shift else states
+            final = {"last": states[-1], "h0": h0, "first": states[0]}[last]
+            return torch.stack(kept, dim=1), final
         return compute
-
-    def reversed_time(kept_in_place: bool) -> Callable[[], tuple[Tensor, Tensor]]:
-        def compute() -> tuple[Tensor, Tensor]:
-            states, last = _scan(x, h0, step, times=range(T - 1, -1, -1))
-            return stacked(states[::-1] if kept_in_place else states), last
-        return compute
-
-    def same_input() -> tuple[Tensor, Tensor]:
-        states, last = _scan(x, h0, step, same_input=True)
-        return stacked(states), last
 
     variants: list[Variant] = [
-        (HINT_H0_REUSED, reused, ""),
-        (HINT_H0_IGNORED, from_zeros, ""),
-        (HINT_OUTPUTS_SHIFTED, shifted, ""),
-        (HINT_H_T, final_is("h0"), ""),
-        (HINT_H_T, final_is("first"), ""),
-        (HINT_REVERSED, reversed_time(True), ""),
-        (HINT_REVERSED, reversed_time(False), ""),
-        (HINT_SAME_INPUT, same_input, ""),
+        (HINT_GRU_H0_REUSED, loop(h0, reuse=True), ""),
+        (HINT_GRU_H0_IGNORED, loop(torch.zeros_like(h0)), ""),
+        (HINT_GRU_SHIFTED, loop(h0, shift=True), ""),
+        (HINT_GRU_H_T, loop(h0, last="h0"), ""),
+        (HINT_GRU_H_T, loop(h0, last="first"), ""),
     ]
-    for hint, wrong_step in _elman_mistakes():
+    for hint, wrong in _gru_mistakes():
 
-        def compute(wrong_step: _ElmanStep = wrong_step) -> tuple[Tensor, Tensor]:
-            states, last = _scan(x, h0, lambda x_t, h: wrong_step(x_t, h, wi, wh, bi, bh))
-            return stacked(states), last
+        def compute(wrong: _GruStep = wrong) -> tuple[Tensor, Tensor]:
+            states = _scan(x, h0, lambda x_t, h: wrong(x_t, h, wi, wh, bi, bh))
+            return torch.stack(states, dim=1), states[-1]
 
-        variants.append((f"{HINT_STEP_WRONG} {hint}", compute, ""))
+        variants.append((hint, compute, ""))
     return variants
 
 
-def _run_shape_hint(got: list, expected: list, k: int) -> str:
+def _gru_shape_hint(got: list, expected: list, k: int) -> str:
     (B, T, Hs), _ = expected
     if got[0] == (B, Hs) and got[1] == (B, T, Hs):
-        return HINT_RUN_ORDER
+        return HINT_GRU_ORDER
     if k == 0:
         if got[0] == (T, B, Hs):
-            return HINT_TIME_MAJOR
+            return HINT_GRU_TIME_MAJOR
         if got[0] == (B, Hs):
-            return HINT_OUTPUTS_NOT_COLLECTED
-        if got[0] in ((B, T + 1, Hs), (T + 1, B, Hs)):
-            return HINT_OUTPUTS_WITH_H0
+            return HINT_GRU_NOT_COLLECTED
     elif got[1] == (1, B, Hs):
-        return HINT_H_T_SHAPE
-    return HINT_RUN_SHAPE
-
-
-_judge_run = tensor_judge(_build_run_args, ("outputs", "h_T"), _run_variants, _run_shape_hint,
-                          HINT_RUN_GENERIC, non_finite_mistakes=False)
+        return HINT_GRU_H_T_SHAPE
+    return HINT_GRU_SHAPE
 
 
 @dataclass(frozen=True)
 class Run(Args):
-    """A case of task 2.2: x (B, T, n_in), h0 (B, Hs)."""
+    """A case of task 2.2: x (B, T, n_in), h0 (B, Hs), the GRU's parameters."""
 
     seed: int
     B: int
@@ -447,11 +509,19 @@ class Run(Args):
     dtype: str = "float32"
 
 
-_RUN_CASES = (
+def _build_gru_args(args: dict) -> tuple:
+    gen, dtype = generator(args)
+    B, T, n_in, Hs = int(args["B"]), int(args["T"]), int(args["n_in"]), int(args["Hs"])
+    x = normal(gen, (B, T, n_in), 1.0, dtype)
+    h0 = _state(gen, (B, Hs), args["h0"], dtype)
+    return (x, h0, *cell_parameters(gen, 3, n_in, Hs, dtype))
+
+
+_GRU_CASES = (
     Run(221, B=2, T=5, n_in=3, Hs=4).case(
         "2 sequences of 5 steps, 3 inputs, 4 hidden units, random h0"),
     Run(222, B=3, T=4, n_in=2, Hs=5, h0="zeros").case("3 sequences of 4 steps from h0 = 0"),
-    Run(223, B=4, T=7, n_in=3, Hs=2).case("4 sequences of 7 steps, 2 hidden units"),
+    Run(223, B=4, T=6, n_in=4, Hs=2).case("4 sequences of 6 steps, 2 hidden units"),
 )
 
 
@@ -463,7 +533,7 @@ def _run(rng: random.Random, *, B: int | None = None, T: int | None = None,
     return Run(draw_seed(rng), B, rng.randint(3, 7) if T is None else T, n_in, Hs, dtype=dtype)
 
 
-_RUN_HIDDEN = (
+_GRU_HIDDEN = (
     hidden("hidden: one time step", lambda rng: _run(rng, T=1)),
     hidden("hidden: float64", lambda rng: _run(rng, dtype="float64")),
     hidden("hidden: a batch of one", lambda rng: _run(rng, B=1)),
@@ -474,415 +544,451 @@ register(
     Task(
         id="2.2",
         assignment=ASSIGNMENT,
-        func_name="run_rnn",
-        title="Run an Elman RNN over a batch of sequences",
-        cases=_RUN_CASES,
-        hidden=_RUN_HIDDEN,
-        build_args=_build_run_args,
-        reference=run_rnn,
-        to_plain=_run_to_plain,
-        judge=_judge_run,
+        func_name="gru_layer",
+        title="A GRU layer with torch's equations, run over a batch of sequences",
+        cases=_GRU_CASES,
+        hidden=_GRU_HIDDEN,
+        build_args=_build_gru_args,
+        reference=gru_layer,
+        to_plain=lambda value: parts_plain(value, ("outputs", "h_T")),
+        judge=tensor_judge(_build_gru_args, ("outputs", "h_T"), _gru_variants,
+                           _gru_shape_hint, HINT_GRU_GENERIC, non_finite_mistakes=False),
         forbidden=_NO_RECURRENT_LIBRARIES,
         error_hints={
             "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "x is (B, T, I), batch first, so the input at time t is x[:, t], (B, I); h0 is "
-            "(B, Hs).",
-            "IndexError": "An index ran past the end: x is (B, T, I), so loop over "
-            "t in range(x.shape[1]) and read x[:, t].",
-            "NameError": "A name is not defined: call your elman_step from task 2.1 (run its "
-            "cell first).",
+            "x is (B, T, I), so the input at time t is x[:, t], (B, I); weight_ih is (3 Hs, I) "
+            "and weight_hh (3 Hs, Hs), so each product has 3 Hs columns, three blocks of Hs.",
+            "ValueError": "Unpacking failed: the (B, 3 Hs) pre-activations hold three blocks "
+            "of Hs columns, one per gate.",
             "CheckError": "Return a pair (outputs, h_T) of tensors.",
         },
+        kind="extension",
     )
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 2.3 lstm_step
+# Task 2.3 train_ab_acceptor (train)
 # --------------------------------------------------------------------------------------------
 
-HINT_GATE_ORDER = (
-    "The rows of the weights and biases hold the gates in torch's order i, f, g, o (input, "
-    "forget, candidate, output): split the pre-activations with .chunk(4, dim=-1) and name the "
-    "pieces in that order (some textbooks use i, f, o, g)."
+#: The A/B strings' length, the size of the training set, the held-out set's.
+AB_LENGTH = 20
+AB_TRAIN = 1024
+AB_HELD_OUT = 1000
+#: Full marks from 0.95 held-out accuracy, half from 0.85, a quarter from 0.7 (a coin: 0.5).
+AB_BANDS = ((0.95, 1.0), (0.85, 0.5), (0.7, 0.25))
+#: Seconds one training may take (measured on one thread); the reference needs a few.
+AB_TIME_LIMIT = 20.0
+AB_HIDDEN = 8
+
+HINT_AB_FAR = (
+    "The held-out accuracy is about what guessing gets: is the model trained at all, on the "
+    "strings and labels given (minibatches drawn from them, the cross-entropy of the label "
+    "predicted from the last state), and do you return the trained model's weights?"
 )
-HINT_C_FROM_H = (
-    "The cell update keeps part of the previous CELL state: the forget gate scales c_prev, not "
-    "h_prev."
-)
-HINT_NO_TANH_C = (
-    "The output squashes the new cell state: h_t = o * tanh(c_t); you used c_t without tanh."
-)
-HINT_OLD_C = (
-    "h_t uses the NEW cell state: first update the cell, then h_t = o * tanh(c_t), not "
-    "tanh(c_prev)."
-)
-HINT_GATE_NONLINEARITY = (
-    "The gates i, f and o are fractions in (0, 1), so they use torch.sigmoid; the candidate g is "
-    "a value in (-1, 1) and uses torch.tanh."
-)
-HINT_STATE_ORDER = "Return (h_t, c_t) in that order: the hidden state first, then the cell state."
-HINT_NO_INPUT_GATE = (
-    "The candidate g enters the cell scaled by the input gate i, element by element, as the "
-    "old cell state is scaled by the forget gate."
-)
-HINT_NO_FORGET_GATE = (
-    "The old cell state is scaled by the forget gate f, element by element, before the gated "
-    "candidate is added."
-)
-HINT_FORGET_MEANING = (
-    "f is the fraction of c_prev to KEEP (f near 1 keeps it all): the cell keeps f times "
-    "c_prev, not (1 - f) times it."
-)
-HINT_GATES_NOT_SPLIT = (
-    "The pre-activations are (B, 4 Hs), the four gates side by side: split them into i, f, g, o "
-    "with .chunk(4, dim=-1); h_t and c_t are each (B, Hs)."
-)
-HINT_LSTM_SHAPE = "Return (h_t, c_t), each (B, Hs) like h_prev and c_prev."
-HINT_LSTM_GENERIC = (
-    "One product gives the four gates' pre-activations side by side, (B, 4 Hs): cut them into "
-    "i, f, g, o in that order, sigmoid on i, f and o and tanh on g; the new cell state adds the "
-    "forget-gated old one and the input-gated candidate, and h_t is the output gate times "
-    "tanh of the new cell state."
+HINT_AB_PARTIAL = (
+    "Partial credit: the model has learned part of the task (often the B's near the end of the "
+    "string, whose gradient is strongest). Train for more steps, or with a larger learning "
+    "rate, within the budget."
 )
 
 
-def _build_lstm_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, n_in, Hs = int(args["B"]), int(args["n_in"]), int(args["Hs"])
-    x_t = normal(gen, (B, n_in), 1.0, dtype)
-    h_prev = _state(gen, (B, Hs), args["state"], dtype)
-    # cell states are not squashed: c_scale > 1 gives values beyond (-1, 1)
-    c_prev = normal(gen, (B, Hs), float(args["c_scale"]), dtype)
-    if args["state"] == "zeros":
-        c_prev = torch.zeros_like(c_prev)
-    return (x_t, (h_prev, c_prev), *cell_parameters(gen, 4, n_in, Hs, dtype))
+class ABAcceptor(nn.Module):
+    """The course model of task 2.3: read a string of A (0) and B (1), one-hot, with an LSTM
+    of ``hidden_size`` units, and classify the last state: is there a B?
+
+    Its state_dict's names are those of ``coursepkg.rnn.LSTM`` (torch's, ``rnn.weight_ih_l0``
+    ...) and of ``nn.Linear`` (``out.weight``, ``out.bias``).
+    """
+
+    def __init__(self, hidden_size: int = AB_HIDDEN) -> None:
+        super().__init__()
+        self.rnn = rnn.LSTM(input_size=2, hidden_size=hidden_size)
+        self.out = nn.Linear(hidden_size, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (B, T) of 0/1 -> logits (B, 2)."""
+        states, _ = self.rnn(F.one_hot(x, 2).to(self.out.weight.dtype))  # (B, T, Hs)
+        return self.out(states[:, -1])
 
 
-def _lstm_to_plain(value: object) -> list[dict]:
-    return parts_plain(value, ("h_t", "c_t"))
+#: Every name of ABAcceptor's state_dict and its shape.
+AB_SHAPES = {
+    "rnn.weight_ih_l0": (4 * AB_HIDDEN, 2),
+    "rnn.weight_hh_l0": (4 * AB_HIDDEN, AB_HIDDEN),
+    "rnn.bias_ih_l0": (4 * AB_HIDDEN,),
+    "rnn.bias_hh_l0": (4 * AB_HIDDEN,),
+    "out.weight": (2, AB_HIDDEN),
+    "out.bias": (2,),
+}
 
 
-def _lstm_variants(inputs: tuple) -> list[Variant]:
-    x, (h, c), wi, wh, bi, bh = inputs
-    sig, tanh = torch.sigmoid, torch.tanh
-
-    products = x @ wi.T + h @ wh.T  # (B, 4 Hs)
-
-    def chunks(with_ih: bool = True, with_hh: bool = True) -> tuple[Tensor, ...]:
-        pre = products + bi if with_ih else products
-        pre = pre + bh if with_hh else pre
-        return pre.chunk(4, dim=-1)  # each (B, Hs)
-
-    def lstm(*, order: str = "ifgo", acts: str = "ssts", cell: str = "f*c+i*g", out: str = "tanh",
-             bias: tuple[bool, bool] = (True, True), swap: bool = False):
-        def compute() -> tuple[Tensor, Tensor]:
-            pieces = dict(zip(order, chunks(*bias), strict=True))
-            act = {"s": sig, "t": tanh}
-            i, f, g, o = (act[a](pieces[k]) for k, a in zip("ifgo", acts, strict=True))
-            c_t = {
-                "f*c+i*g": lambda: f * c + i * g,
-                "f*h+i*g": lambda: f * h + i * g,
-                "f*c+g": lambda: f * c + g,
-                "c+i*g": lambda: c + i * g,
-                "(1-f)*c+i*g": lambda: (1 - f) * c + i * g,
-            }[cell]()
-            h_t = {"tanh": lambda: o * tanh(c_t), "none": lambda: o * c_t,
-                   "old": lambda: o * tanh(c)}[out]()
-            return (c_t, h_t) if swap else (h_t, c_t)
-        return compute
-
-    variants: list[Variant] = []
-    for perm in itertools.permutations("ifgo"):
-        order = "".join(perm)
-        if order != "ifgo":
-            note = f"Your result matches the gate order {', '.join(order)}."
-            variants.append((HINT_GATE_ORDER, lstm(order=order), note))
-    variants += [
-        (HINT_C_FROM_H, lstm(cell="f*h+i*g"), ""),
-        (HINT_NO_TANH_C, lstm(out="none"), ""),
-        (HINT_OLD_C, lstm(out="old"), ""),
-        (HINT_STATE_ORDER, lstm(swap=True), ""),
-        (HINT_NO_INPUT_GATE, lstm(cell="f*c+g"), ""),
-        (HINT_NO_FORGET_GATE, lstm(cell="c+i*g"), ""),
-        (HINT_FORGET_MEANING, lstm(cell="(1-f)*c+i*g"), ""),
-        (HINT_NO_BIAS, lstm(bias=(False, False)), ""),
-        (HINT_ONE_BIAS, lstm(bias=(True, False)), ""),
-        (HINT_ONE_BIAS, lstm(bias=(False, True)), ""),
-    ]
-    for acts in ("ssss", "tttt", "ttst", "sstt"):
-        variants.append((HINT_GATE_NONLINEARITY, lstm(acts=acts), ""))
-    return variants
+def ab_strings(seed: int, n: int) -> tuple[Tensor, Tensor]:
+    """``n`` A/B strings of length :data:`AB_LENGTH` (at most one B) and their labels."""
+    return data.ab_task(n, AB_LENGTH, generator=torch.Generator().manual_seed(seed), max_b=1)
 
 
-def _lstm_shape_hint(got: list, expected: list, k: int) -> str:
-    B, Hs = expected[0]
-    if got[k] == (B, 4 * Hs):
-        return HINT_GATES_NOT_SPLIT
-    return HINT_LSTM_SHAPE
+def _build_ab_args(args: dict) -> tuple:
+    """The student's arguments: the training strings, labels and a seed (never the held-out
+    seed, which :func:`coursepkg.checks.core.student_args` holds back)."""
+    x, y = ab_strings(int(args["seed"]), int(args["n"]))
+    return x, y, int(args["seed"])
 
 
-_judge_lstm = tensor_judge(_build_lstm_args, ("h_t", "c_t"), _lstm_variants, _lstm_shape_hint,
-                           HINT_LSTM_GENERIC, non_finite_mistakes=False)
+def ab_held_out(args: dict) -> tuple[Tensor, Tensor]:
+    """The ``expected`` hook: the held-out strings, drawn from the case's ``"_heldout"`` seed."""
+    return ab_strings(int(args["_heldout"]), AB_HELD_OUT)
 
 
-@dataclass(frozen=True)
-class LSTMStep(Args):
-    """A case of task 2.3: x_t (B, n_in), h_prev and c_prev (B, Hs), c_prev's scale c_scale."""
-
-    seed: int
-    B: int
-    n_in: int
-    Hs: int
-    state: str = "random"
-    c_scale: float = 1.0
-    dtype: str = "float32"
+def ab_accuracy(state: Mapping[str, Tensor], x: Tensor, y: Tensor) -> float:
+    """The held-out accuracy of the ABAcceptor holding ``state``."""
+    model = with_weights(ABAcceptor, torch.float32, state)
+    with torch.no_grad():
+        return (model(x).argmax(dim=-1) == y).float().mean().item()
 
 
-_LSTM_CASES = (
-    LSTMStep(241, B=2, n_in=3, Hs=4).case("a batch of 2, 3 inputs, 4 hidden units"),
-    LSTMStep(242, B=3, n_in=2, Hs=3, state="zeros").case("the first step: h_prev = c_prev = 0"),
-    LSTMStep(243, B=3, n_in=5, Hs=2, c_scale=3.0).case("a large cell state (|c_prev| > 1)"),
-    LSTMStep(244, B=4, n_in=3, Hs=6).case("a batch of 4, 3 inputs, 6 hidden units"),
-)
+def _judge_ab(got: object, expected: tuple, args: dict) -> Verdict:
+    state = state_dict_tensors(got, AB_SHAPES)  # a forged answer raises: "not the form"
+    verdict = banded(ab_accuracy(state, *expected), AB_BANDS, metric="held-out accuracy")
+    if verdict.ok:
+        return verdict
+    hint = HINT_AB_PARTIAL if verdict.fraction else HINT_AB_FAR
+    return Verdict(False, hint, verdict.detail, verdict.fraction)
 
-_LSTM_HIDDEN = (
-    hidden("hidden: float64", lambda rng: LSTMStep(draw_seed(rng), rng.randint(2, 4),
-                                                   *draw_sizes(rng, 2, 2, 6), dtype="float64")),
-    hidden("hidden: a batch of one",
-           lambda rng: LSTMStep(draw_seed(rng), 1, *draw_sizes(rng, 2, 2, 5))),
-    hidden("hidden: one hidden unit",
-           lambda rng: LSTMStep(draw_seed(rng), rng.randint(2, 5), rng.randint(2, 4), 1,
-                                c_scale=rng.uniform(1.5, 2.5))),
-    hidden("hidden: larger sizes", lambda rng: LSTMStep(draw_seed(rng), rng.randint(6, 10),
-                                                        rng.randint(8, 12), rng.randint(12, 20))),
-)
+
+def _ab_to_plain(value: object) -> dict:
+    return state_dict_plain(value, AB_SHAPES)
+
+
+def train_ab_acceptor(x: Tensor, y: Tensor, seed: int) -> ABAcceptor:
+    """Task 2.3's reference: the forget gates' bias raised by 1 (the chapter's trick), then
+    Adam on minibatches of 64 strings drawn from the training set, 200 steps (about 1.5 s of
+    CPU on one thread, a tenth of the budget; without the raised bias, 200 steps fail on some
+    seeds).
+
+    Args:
+        x: (N, T) the training strings, 0 for A and 1 for B; y: (N,) 1 iff a string holds a B;
+        seed: seeds the initialisation and the minibatches.
+
+    Returns:
+        The trained :class:`ABAcceptor`.
+    """
+    torch.manual_seed(seed)
+    model = ABAcceptor()
+    with torch.no_grad():  # the forget gates start more open (rows Hs:2Hs, order i, f, g, o)
+        model.rnn.bias_ih_l0[AB_HIDDEN:2 * AB_HIDDEN] += 1.0
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    batches = torch.Generator().manual_seed(seed)
+    for _ in range(200):
+        rows = torch.randint(0, len(y), (64,), generator=batches)
+        loss = F.cross_entropy(model(x[rows]), y[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
 
 register(
     Task(
         id="2.3",
         assignment=ASSIGNMENT,
-        func_name="lstm_step",
-        title="One step of an LSTM (torch's gate order i, f, g, o)",
-        cases=_LSTM_CASES,
-        hidden=_LSTM_HIDDEN,
-        build_args=_build_lstm_args,
-        reference=rnn.lstm_step,
-        to_plain=_lstm_to_plain,
-        judge=_judge_lstm,
-        forbidden=_NO_RECURRENT_LIBRARIES,
+        func_name="train_ab_acceptor",
+        title="Train an LSTM acceptor on the A/B task at length 20 within a time budget",
+        cases=(Case("1,024 training strings of length 20", 3,
+                    {"seed": 231, "n": AB_TRAIN, "_heldout": 9231}),),
+        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
+            "seed": draw_seed(rng), "n": AB_TRAIN, "_heldout": draw_seed(rng)}),),
+        build_args=_build_ab_args,
+        reference=train_ab_acceptor,
+        to_plain=_ab_to_plain,
+        judge=_judge_ab,
+        forbidden=("coursepkg.lm",),
         error_hints={
-            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "x_t is (B, I), h_prev and c_prev (B, Hs), weight_ih (4 Hs, I), weight_hh (4 Hs, "
-            "Hs), so the products are x_t @ weight_ih.T and h_prev @ weight_hh.T, each (B, 4 Hs).",
-            "ValueError": "Unpacking failed: state is the pair (h_prev, c_prev), and "
-            ".chunk(4, dim=-1) of the (B, 4 Hs) pre-activations gives the four gates.",
-            "CheckError": "Return a pair (h_t, c_t) of tensors.",
+            "CheckError": "Return the trained ABAcceptor (or its state_dict()), with the "
+            "names and shapes of ABAcceptor().state_dict().",
+            "RuntimeError": "A tensor operation failed: the strings x are (N, T) integers, "
+            "the labels y (N,); ABAcceptor takes the integer strings themselves, (B, T).",
         },
+        kind="train",
+        time_limit=AB_TIME_LIMIT,
+        expected=ab_held_out,
     )
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 2.4 pool_outputs
+# Task 2.4 train_tbptt (debug)
 # --------------------------------------------------------------------------------------------
 
-HINT_LAST_AT_T = (
-    "In a padded row the last REAL output is at position lengths[b] - 1, not T - 1: the "
-    "positions after it hold the outputs of padding. Pick each row's own position."
+HINT_TBPTT_TARGETS = (
+    "The targets are the NEXT tokens: the model's output at position t predicts token t + 1, "
+    "so the targets are the inputs shifted by one position."
 )
-HINT_LAST_OFF_BY_ONE = (
-    "Positions count from 0: the last real output of row b is at lengths[b] - 1, not lengths[b]."
+HINT_TBPTT_RESET = (
+    "Truncated BPTT carries the state from one chunk to the next (the text goes on); only the "
+    "gradient is cut at the chunk's start. Start every chunk from the state the previous chunk "
+    "ended in, detached from its history."
 )
-HINT_LAST_FIRST = (
-    '"last" is the output at the last real position, lengths[b] - 1, not at the first one.'
+HINT_TBPTT_ZERO_GRAD = (
+    "The gradients of one update are added to those of the previous ones: clear them before "
+    "each backward pass (the optimizer can do it)."
 )
-HINT_LAST_INDEXING = (
-    "out[:, lengths - 1] takes those positions in every row, (B, B, F): pair each row with its "
-    "own position, indexing the rows with torch.arange(B) and the positions with a tensor of "
-    "the same length."
+HINT_TBPTT_LAST_CHUNK = (
+    "The last chunk is shorter when the pairs do not divide evenly: train on it too (its "
+    "targets end with the text's last token)."
 )
-HINT_MEAN_PADDING = (
-    "Padding is included in your mean: average each row over its real positions only (the sum "
-    "of out[b, :lengths[b]] divided by lengths[b]); a (B, T) mask arange(T) < lengths[:, None] "
-    "does it for the whole batch."
+HINT_TBPTT_SUM = (
+    "The loss of a chunk is the MEAN cross-entropy over its positions (what cross_entropy "
+    "gives by default), not the sum."
 )
-HINT_MEAN_DENOMINATOR = (
-    "Divide each row's sum by its own length, lengths[b], not by T: padded positions are not "
-    "part of the sequence."
+HINT_TBPTT_STATE_SHAPE = (
+    "Return the trained model (or its state_dict()), with the names and shapes of the model "
+    "you were given."
 )
-HINT_MEAN_NOT_DIVIDED = "That is the sum over the real positions: divide it by lengths[b]."
-HINT_MAX_PADDING = (
-    'Padding is included in your max: set the padded positions to float("-inf") before the max '
-    "over time, so that they can never win."
+HINT_TBPTT_GENERIC = (
+    "Walk over the text in chunks of `chunk` (input, next token) pairs; for each: run the RNN "
+    "from the carried state, the mean cross-entropy, clear the gradients, backward, one SGD "
+    "step, and carry the final state on with its history cut."
 )
-HINT_MAX_ZERO_FILL = (
-    'Fill the padded positions with float("-inf"), not 0: outputs can be negative, and then a 0 '
-    "from the padding beats every real value."
-)
-HINT_MASK_OFF_BY_ONE = (
-    "Row b's real positions are 0, 1, ..., lengths[b] - 1: the mask is arange(T) < "
-    "lengths[:, None], strictly less."
-)
-HINT_WRONG_MODE = (
-    'That is another pooling than the one asked: how="last" takes the last real output, "mean" '
-    'the mean over real positions, "max" the max over real positions.'
-)
-HINT_POOL_DIM = (
-    "Pool over time, dim=1 of out (B, T, F): the result is one vector of F features per "
-    "sequence, (B, F)."
-)
-HINT_POOL_KEEPDIM = "Drop the time dimension: the result is (B, F), not (B, 1, F)."
-HINT_POOL_SHAPE = "Return one vector per sequence, (B, F)."
-HINT_POOL_GENERIC = (
-    "Only positions t < lengths[b] of row b are real: last = out[b, lengths[b] - 1]; mean = sum "
-    "over real positions / lengths[b]; max = max over real positions (padding set to -inf)."
-)
+#: The bugs of the starter code, in the order a hint lists them.
+TBPTT_BUGS = {
+    "targets": HINT_TBPTT_TARGETS,
+    "reset": HINT_TBPTT_RESET,
+    "zero_grad": HINT_TBPTT_ZERO_GRAD,
+}
+PREFIX_TBPTT_BUGS = "Bugs left to fix:"
+
+#: The language model's state_dict names, in the order they are compared.
+TBPTT_NAMES = ("embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0",
+               "rnn.bias_hh_l0", "head.weight", "head.bias")
 
 
-def _build_pool_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, T, F = int(args["B"]), int(args["T"]), int(args["F"])
-    # Outputs at every position, padding included: an RNN run over a padded batch computes
-    # states there too, and they are not zero.
-    out = torch.tanh(normal(gen, (B, T, F), 1.5, dtype))
-    lengths = torch.tensor(args["lengths"], dtype=torch.long)
-    return out, lengths, str(args["how"])
+def _tbptt(model: rnn.RNNLM, ids: Tensor, chunk: int, lr: float, *,
+           bugs: frozenset[str] = frozenset()) -> rnn.RNNLM:
+    """Truncated BPTT with SGD, with the ``bugs`` named (a subset of :data:`TBPTT_BUGS`, and
+    ``"drop_last"``, ``"sum"``)."""
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    state = None
+    pairs = len(ids) - 1
+    for start in range(0, pairs, chunk):
+        end = min(start + chunk, pairs)
+        if "drop_last" in bugs and end - start < chunk:
+            break
+        if "targets" in bugs:  # the starter's slices: the same tokens, up to chunk of them
+            inputs = targets = ids[start:start + chunk][None]
+        else:
+            inputs, targets = ids[start:end][None], ids[start + 1:end + 1][None]  # (1, k)
+        if "reset" in bugs:
+            state = None
+        out, (h, c) = model.rnn(model.embed(inputs), state)  # (1, k, Hs)
+        logits = model.head(out)  # (1, k, V)
+        loss = F.cross_entropy(logits[0], targets[0],
+                               reduction="sum" if "sum" in bugs else "mean")
+        if "zero_grad" not in bugs:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        state = (h.detach(), c.detach())
+    return model
 
 
-def pool_outputs(out: Tensor, lengths: Tensor, how: str) -> Tensor:
-    """Task 2.4's reference: :func:`coursepkg.rnn.pool`."""
-    return rnn.pool(out, lengths, how)
+def train_tbptt(model: rnn.RNNLM, ids: Tensor, chunk: int, lr: float) -> rnn.RNNLM:
+    """Task 2.4's reference: train a copy of ``model`` on the text ``ids`` by truncated BPTT.
 
+    Args:
+        model: an LSTM :class:`coursepkg.rnn.RNNLM` (not changed).
+        ids: (N,) the text's token ids; its N - 1 (input, next token) pairs are cut into
+            consecutive chunks of ``chunk`` pairs (the last may be shorter).
+        chunk: pairs per update.
+        lr: the SGD learning rate.
 
-def _pool_to_plain(value: object) -> dict:
-    return tensor_plain(value, "the pooled tensor")
-
-
-def _pool_variants(inputs: tuple) -> list[Variant]:
-    out, lengths, how = inputs
-    B, T, _ = out.shape
-    rows = torch.arange(B)
-    real = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
-    real_plus = torch.arange(T)[None, :] <= lengths[:, None]  # one position too many
-    weights = real[..., None].to(out.dtype)  # (B, T, 1)
-    total = (out * weights).sum(dim=1)  # (B, F)
-    n = lengths[:, None].to(out.dtype)  # (B, 1)
-
-    def masked_max(mask: Tensor, fill: float) -> Tensor:
-        return out.masked_fill(~mask[..., None], fill).amax(dim=1)
-
-    variants: list[Variant] = []
-    if how == "last":
-        variants += [
-            (HINT_LAST_AT_T, lambda: (out[:, -1],), ""),
-            (HINT_LAST_OFF_BY_ONE, lambda: (out[rows, lengths.clamp(max=T - 1)],), ""),
-            (HINT_LAST_FIRST, lambda: (out[:, 0],), ""),
-        ]
-    elif how == "mean":
-        variants += [
-            (HINT_MEAN_PADDING, lambda: (out.mean(dim=1),), ""),
-            (HINT_MEAN_PADDING, lambda: (out.sum(dim=1) / n,), ""),
-            (HINT_MEAN_DENOMINATOR, lambda: (total / T,), ""),
-            (HINT_MEAN_NOT_DIVIDED, lambda: (total,), ""),
-            (HINT_MASK_OFF_BY_ONE,
-             lambda: ((out * real_plus[..., None].to(out.dtype)).sum(dim=1) / n,), ""),
-        ]
-    elif how == "max":
-        variants += [
-            (HINT_MAX_PADDING, lambda: (out.amax(dim=1),), ""),
-            (HINT_MAX_ZERO_FILL, lambda: (masked_max(real, 0.0),), ""),
-            (HINT_MASK_OFF_BY_ONE, lambda: (masked_max(real_plus, float("-inf")),), ""),
-        ]
-    for other in ("last", "mean", "max"):
-        if other != how:
-            variants.append((HINT_WRONG_MODE, lambda other=other: (rnn.pool(out, lengths, other),),
-                             f'Your result is the "{other}" pooling.'))
-    return variants
-
-
-def _pool_shape_hint(got: list, expected: list, k: int) -> str:
-    B, F = expected[0]
-    shape = got[0]
-    if len(shape) == 2 and shape[0] == B:
-        return HINT_POOL_DIM  # (B, T): pooled over the features
-    if shape == (B, 1, F):
-        return HINT_POOL_KEEPDIM
-    if shape == (B, B, F):
-        return HINT_LAST_INDEXING
-    if len(shape) == 2 and shape[1] == F:
-        return HINT_POOL_DIM  # (T, F): pooled over the batch
-    return HINT_POOL_SHAPE
-
-
-_judge_pool = tensor_judge(_build_pool_args, ("pooled",), _pool_variants, _pool_shape_hint,
-                           HINT_POOL_GENERIC, non_finite_mistakes=False)
+    Returns:
+        The trained copy: one SGD step per chunk on the chunk's mean cross-entropy, the LSTM's
+        state carried from chunk to chunk, its history cut (detached) at each chunk's start.
+    """
+    return _tbptt(model, ids, chunk, lr)
 
 
 @dataclass(frozen=True)
-class Pool(Args):
-    """A case of task 2.4: out (B, T, F) with B = len(lengths), pooled the way ``how`` says."""
+class Text(Args):
+    """A case of task 2.4: a random text of N tokens over V symbols, an RNNLM (V, E, Hs)
+    in float64, chunks of ``chunk`` pairs, SGD at ``lr``."""
 
     seed: int
-    how: str
-    lengths: tuple[int, ...]
-    T: int
-    F: int
-    dtype: str = "float32"
+    N: int
+    chunk: int
+    V: int = 5
+    E: int = 3
+    Hs: int = 4
+    lr: float = 0.5
+    dtype: str = "float64"
 
-    def plain(self) -> dict:
-        return {**super().plain(), "B": len(self.lengths)}
+
+def _build_tbptt_args(args: dict) -> tuple:
+    gen, dtype = generator(args)
+    V, E, Hs = int(args["V"]), int(args["E"]), int(args["Hs"])
+    model = with_weights(lambda: rnn.RNNLM(V, E, Hs, cell="lstm"), dtype)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(normal(gen, tuple(parameter.shape), 0.5, dtype))
+    model.train()
+    ids = torch.randint(0, V, (int(args["N"]),), generator=gen)
+    return model, ids, int(args["chunk"]), float(args["lr"])
 
 
-_POOL_CASES = (
-    Pool(261, "last", (3, 5, 2), T=5, F=4).case('how="last", lengths [3, 5, 2] padded to T = 5'),
-    Pool(262, "last", (2, 4), T=6, F=3).case('how="last", no row at full length'),
-    Pool(263, "mean", (2, 5, 1, 4), T=5, F=3).case(
-        'how="mean", lengths [2, 5, 1, 4] padded to T = 5'),
-    Pool(264, "max", (4, 1, 3), T=6, F=5).case('how="max", lengths [4, 1, 3] padded to T = 6'),
+def _tbptt_to_plain(value: object) -> list[dict]:
+    if isinstance(value, nn.Module):
+        value = value.state_dict()
+    if not isinstance(value, Mapping):
+        raise CheckError(f"expected the trained model or its state_dict(), got "
+                         f"{type(value).__name__}")
+    missing = [name for name in TBPTT_NAMES if name not in value]
+    if missing:
+        raise CheckError(f"the state_dict lacks {', '.join(map(repr, missing))}")
+    return [tensor_plain(value[name], name) for name in TBPTT_NAMES]
+
+
+def _bugs_hint(bugs: tuple[str, ...]) -> str:
+    return " ".join([PREFIX_TBPTT_BUGS, *(TBPTT_BUGS[bug] for bug in bugs)])
+
+
+def _tbptt_variants(inputs: tuple) -> list[Variant]:
+    model, ids, chunk, lr = inputs
+
+    def trained(bugs: set[str]) -> Callable[[], tuple[Tensor, ...]]:
+        def compute() -> tuple[Tensor, ...]:
+            state = _tbptt(model, ids, chunk, lr, bugs=frozenset(bugs)).state_dict()
+            return tuple(state[name] for name in TBPTT_NAMES)
+        return compute
+
+    variants: list[Variant] = []
+    for count in (1, 2, 3):
+        for bugs in itertools.combinations(TBPTT_BUGS, count):
+            hint = TBPTT_BUGS[bugs[0]] if count == 1 else _bugs_hint(bugs)
+            variants.append((hint, trained(set(bugs)), ""))
+    variants += [
+        (HINT_TBPTT_LAST_CHUNK, trained({"drop_last"}), ""),
+        (HINT_TBPTT_SUM, trained({"sum"}), ""),
+    ]
+    return variants
+
+
+def _tbptt_shape_hint(got: list, expected: list, k: int) -> str:
+    return HINT_TBPTT_STATE_SHAPE
+
+
+_TBPTT_CASES = (
+    Text(241, N=13, chunk=4).case("a text of 13 tokens in chunks of 4 pairs"),
+    Text(242, N=17, chunk=5).case("a text of 17 tokens: the last chunk is shorter"),
 )
 
 
-def _pool(rng: random.Random, how: str, B: int, T: int, *, padded: bool = True,
-          short: bool = False, dtype: str = "float32") -> Pool:
-    """A batch drawn from ``rng``: one row at full length and, with ``padded``, one padded;
-    with ``short``, every other row at most half as long as T."""
-    lengths = masks.random_lengths(rng, B, T // 2 if short else T, padded=padded)
-    if short:
-        lengths[rng.randrange(B)] = T
-    return Pool(draw_seed(rng), how, tuple(lengths), T, rng.randint(2, 6), dtype)
+def _text(rng: random.Random, *, even: bool) -> Text:
+    chunk = rng.randint(3, 6)
+    chunks = rng.randint(3, 5)
+    pairs = chunk * chunks if even else chunk * chunks + rng.randint(1, chunk - 1)
+    return Text(draw_seed(rng), pairs + 1, chunk, V=rng.randint(4, 7), E=rng.randint(2, 4),
+                Hs=rng.randint(3, 5))
 
 
-_POOL_HIDDEN = (
-    hidden("hidden: float64 mean",
-           lambda rng: _pool(rng, "mean", 3, rng.randint(5, 8), dtype="float64")),
-    hidden("hidden: max over a batch with short rows",
-           lambda rng: _pool(rng, "max", 4, rng.randint(5, 7), short=True)),
-    hidden("hidden: one time step", lambda rng: _pool(rng, "last", rng.randint(2, 3), 1)),
-    hidden("hidden: mean over a batch of one at full length",
-           lambda rng: _pool(rng, "mean", 1, rng.randint(4, 7), padded=False)),
+_TBPTT_HIDDEN = (
+    hidden("hidden: chunks that divide the text", lambda rng: _text(rng, even=True)),
+    hidden("hidden: a shorter last chunk", lambda rng: _text(rng, even=False)),
 )
 
 register(
     Task(
         id="2.4",
         assignment=ASSIGNMENT,
-        func_name="pool_outputs",
-        title="Pool a padded batch of RNN outputs: last, mean or max over the real positions",
-        cases=_POOL_CASES,
-        hidden=_POOL_HIDDEN,
-        build_args=_build_pool_args,
-        reference=pool_outputs,
-        to_plain=_pool_to_plain,
-        judge=_judge_pool,
-        forbidden=_NO_POOLING_LIBRARIES,
+        func_name="train_tbptt",
+        title="Debug a truncated-BPTT training loop",
+        cases=_TBPTT_CASES,
+        hidden=_TBPTT_HIDDEN,
+        build_args=_build_tbptt_args,
+        reference=train_tbptt,
+        to_plain=_tbptt_to_plain,
+        judge=tensor_judge(_build_tbptt_args, TBPTT_NAMES, _tbptt_variants, _tbptt_shape_hint,
+                           HINT_TBPTT_GENERIC, non_finite_mistakes=False),
+        forbidden=("coursepkg.checks", "coursepkg.lm"),
         error_hints={
-            "IndexError": "An index ran past the end of the time axis: the last real output of "
-            "row b is at position lengths[b] - 1 (positions count from 0).",
-            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: a "
-            "(B, T) mask multiplies out (B, T, F) once it has a last axis, mask[..., None].",
-            "CheckError": "Return a (B, F) tensor (for max, out.max(dim=1) is a pair: take its "
-            ".values, or use amax).",
+            "RuntimeError": "A tensor operation failed. 'Trying to backward through the graph "
+            "a second time' means the carried state still holds the previous chunk's history: "
+            "cut it (detach) before the next chunk. A size mismatch in the loss means inputs "
+            "and targets differ in length (the last chunk).",
+            "CheckError": "Return the trained model (or its state_dict()).",
         },
+        kind="debug",
     )
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Task 2.5 and 2.6: questions
+# --------------------------------------------------------------------------------------------
+
+#: The LSTM layer of question 2.5.
+QUESTION_LSTM = {"input_size": 10, "hidden_size": 32}
+
+
+def lstm_parameter_count_key() -> int:
+    """The key of 2.5: the parameters of ``coursepkg.rnn.LSTM(10, 32)``, counted."""
+    layer = rnn.LSTM(**QUESTION_LSTM)
+    return int(sum(parameter.numel() for parameter in layer.parameters()))
+
+
+#: What a question's function may not call: the keys (it returns a number it found itself).
+_QUESTION_FORBIDDEN = (
+    "coursepkg.lm",
+    "coursepkg.checks.core",  # get_task(...).reference() would hand over the key
+    "coursepkg.checks.ch02_rnn.lstm_parameter_count_key",
+    "coursepkg.checks.ch02_rnn.vanishing_distance_key",
+)
+
+register(replace(question(
+    "2.5", ASSIGNMENT, "lstm_parameter_count",
+    "How many parameters has an LSTM layer with 10 input features and 32 hidden units?",
+    lstm_parameter_count_key, points=1, kind_of_answer="int",
+    hint="Count the four gates' weights on the input and on the state, and torch's biases: "
+    "how many bias vectors does each gate have?",
+), forbidden=_QUESTION_FORBIDDEN))
+
+#: Question 2.6: the Elman RNN measured, and the threshold its gradient must fall below.
+VANISHING = {"input_size": 16, "hidden_size": 64, "seed": 0, "threshold": 1e-6}
+
+
+def input_gradient_norms(model: nn.Module, steps: int = 80, batch_size: int = 32,
+                         input_size: int = 16, seed: int = 0) -> Tensor:
+    """The chapter's measurement (and the notebook's): the mean norm of d(loss at the last
+    step) / d(x_t), indexed by the distance T - 1 - t. Draws the classifier's weights from
+    torch's global generator, as the chapter's cell does."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, steps, input_size, generator=gen, dtype=torch.float64,
+                    requires_grad=True)
+    target = torch.randint(0, 10, (batch_size,), generator=gen)
+    head = nn.Linear(model.hidden_size, 10, dtype=torch.float64)
+    out, _ = model(x)  # (B, T, Hs)
+    loss = F.cross_entropy(head(out[:, -1]), target)
+    (grad,) = torch.autograd.grad(loss, x)  # (B, T, I)
+    return grad.norm(dim=-1).mean(dim=0).flip(0)  # (T,), index 0 = the last step
+
+
+def vanishing_distance_key() -> int:
+    """The key of 2.6: the first distance at which the untrained Elman RNN's input gradient is
+    below ``threshold`` times its size at distance 0 (torch's global generator is restored)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(VANISHING["seed"])
+        model = rnn.ElmanRNN(VANISHING["input_size"], VANISHING["hidden_size"]).double()
+        norms = input_gradient_norms(model, seed=VANISHING["seed"])
+    below = (norms / norms[0] < VANISHING["threshold"]).nonzero()
+    return int(below[0, 0])
+
+
+register(replace(question(
+    "2.6", ASSIGNMENT, "vanishing_distance",
+    "At which distance does the untrained Elman RNN's gradient fall below 1e-6 of its size at "
+    "the last step?",
+    vanishing_distance_key, points=2, kind_of_answer="int",
+    hint="Measure it with the cell given: the first distance d (counted from 0 at the last "
+    "step) where the norm divided by the norm at d = 0 is below the threshold.",
+), forbidden=_QUESTION_FORBIDDEN))

@@ -1,84 +1,83 @@
-"""Chapter 4 tasks (``04_self_attention``): the projections and the score matrix, scaled
-dot-product attention, the causal mask, and a self-attention layer's forward pass.
+"""Chapter 4 tasks (``04_self_attention``): what the chapter's page does not show.
+
+* 4.1 ``qkv_scores`` (formula): the three projections of a batch and the score matrix
+  Q K^T / sqrt(d_k).
+* 4.2 ``local_mask`` (extension): the boolean mask of sliding-window (local) causal attention
+  over a padded batch, (B, T, T): a real query t sees the real keys among the ``window``
+  positions ending at t; a padding query sees itself only (so no row is empty). The book stops
+  at the full causal mask; its reference lives here.
+* 4.3 ``causal_self_attention`` (debug): the exercise shows a causal self-attention head with
+  four planted bugs (values made with the key weights, scores divided by d_k, a mask that lets
+  each position see the next one, the softmax over the queries); judged on behaviour, every
+  combination of bugs left is named.
+* 4.4 ``train_recall`` (train): the training loop of a tiny one-head model
+  (:class:`RecallModel`) on an associative-recall task (a set of letter-digit pairs and a query
+  letter: answer the digit paired with it), judged on held-out sequences from a seed the
+  student's function never sees, in bands of held-out accuracy, within :data:`RECALL_TIME_LIMIT`
+  seconds on one thread.
+* 4.5 to 4.7 (questions, keys computed from coursepkg at check time): how many scores causal
+  attention keeps, how many a local window keeps, and which entries of the softmax's Jacobian
+  a saturated row leaves.
 
 The conventions are those of :mod:`coursepkg.self_attention`: batch first; a weight matrix has
-one row per output feature, like ``nn.Linear``'s, so the projections are ``q = x @ w_q.T``; the
-scores are ``q @ k.transpose(-2, -1) / sqrt(Dk)`` for any number of leading dims; boolean masks
-are **True = may attend**, broadcastable to the scores' shape, and a masked score is
-``float("-inf")``, hence the weight exactly 0. The references are the package's own tested
-code: ``scaled_dot_product_attention`` and ``causal_mask`` themselves, and a ``SelfAttention``
-module holding the case's weights (task 4.1 takes its projections and the score formula of
-``scaled_dot_product_attention``; task 4.4 is its forward pass).
+one row per output feature, like ``nn.Linear``'s; boolean masks are **True = may attend**; a
+masked score is ``float("-inf")``, hence the weight exactly 0.
 
 Cases, plain values and judging work as in chapter 3 (:mod:`coursepkg.checks.tensors`); the
 known mistakes of attention and of causal masks are the course's one bank of them
-(:mod:`coursepkg.checks.attention_mistakes`). The cases are made so that the usual mistakes
-change the numbers: widths differ (D, Dk, Dv and T all distinct in one case, Dk, Dv, T and S in
-another) so that dividing by the wrong square root shows; queries and keys differ in number or
-width so that a missing transposition cannot hide in a square product, while one case where
-every size agrees lets it run and be named; one case has scores of about 1000 (a softmax without
-the max subtracted overflows) and one has scores far below -1e9, where filling masked scores
-with a large finite number instead of -inf lets masked keys take the weight. Task 4.2's public
-cases keep the promises of its text: (B, H, T, S) inputs with a (B, 1, 1, S) mask, and the
-chapter's self-attention call ``f(x, x, x)``, where q, k and v are one tensor (so that
-``q /= sqrt(d)`` changes the keys and values too). The masks are plain nested lists
+(:mod:`coursepkg.checks.attention_mistakes`), masks are plain nested lists
 (:mod:`coursepkg.checks.masks`): a checks module does no tensor work when it is imported (the
-grader forks its workers from a process that imported it). The hidden cases' generators draw
-the seeds, sizes and masks from the grader's random generator.
+grader forks its workers from a process that imported it). The cases are made so that the usual
+mistakes change the numbers: widths differ (D, Dk, Dv and T all distinct in one case) so that
+dividing by the wrong square root shows; one case where every size agrees lets a missing
+transposition run and be named. The hidden cases' generators draw the seeds, sizes and masks
+from the grader's random generator.
 
-Shape letters: B batch, H heads (a second leading dim), T queries (positions), S keys, D model
-width, Dk query/key width, Dv value width.
+Shape letters: B batch, T queries (positions), S keys, D model width, Dk query/key width,
+Dv value width, W the window.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn import functional as F
 
 from coursepkg.checks import attention_mistakes as bank
 from coursepkg.checks import masks
 from coursepkg.checks.attention_mistakes import (  # the hints of this chapter's judges
-    HINT_CAUSAL_ALL,  # noqa: F401 - a hint of the causal mask's judge, named by the tests
-    HINT_CAUSAL_DIAGONAL,  # noqa: F401 - idem
-    HINT_CAUSAL_INVERTED,
-    HINT_CAUSAL_ONE_AHEAD,  # noqa: F401 - idem
-    HINT_CAUSAL_UPPER,  # noqa: F401 - idem
+    HINT_CAUSAL_DIAGONAL,  # noqa: F401 - a hint of the debug task's judge, named by the tests
+    HINT_CAUSAL_INVERTED,  # noqa: F401 - idem
     HINT_K_NOT_TRANSPOSED,
     HINT_K_REVERSED,
-    HINT_MASK_AFTER_SOFTMAX,  # noqa: F401 - a hint of the attention's judge, named by the tests
-    HINT_MASK_FINITE,  # noqa: F401 - idem
-    HINT_MASK_IGNORED,  # noqa: F401 - idem
-    HINT_MASK_INVERTED,  # noqa: F401 - idem
-    HINT_MASK_NAN,  # noqa: F401 - idem
-    HINT_MASK_ZERO,  # noqa: F401 - idem
     HINT_NO_SCALE,
-    HINT_OUT_KEYS,
-    HINT_OUT_TRANSPOSED,
     HINT_PAIR_ORDER,
     HINT_SCALE_D_V,
     HINT_SCALE_MULTIPLIES,
     HINT_SCALE_NO_SQRT,
-    HINT_SCALE_ON_WEIGHTS,  # noqa: F401 - idem
     HINT_SCALE_WRONG_DIM,
     HINT_SCORES_TRANSPOSED,
-    HINT_SOFTMAX_DIM,  # noqa: F401 - idem
-    HINT_SOFTMAX_DIM_0,  # noqa: F401 - idem
-    HINT_SOFTMAX_DIM_1,  # noqa: F401 - idem
-    HINT_SOFTMAX_OVERFLOW,  # noqa: F401 - idem
+    HINT_SOFTMAX_DIM_1,  # noqa: F401 - named by chapter 5's tests
 )
 from coursepkg.checks.core import (
     Args,
+    Case,
     CheckError,
+    HiddenCase,
     Task,
     Verdict,
+    banded,
     draw_seed,
     draw_sizes,
     hidden,
+    question,
     register,
 )
 from coursepkg.checks.forbidden import ATTENTION_KERNELS
@@ -90,12 +89,22 @@ from coursepkg.checks.tensors import (
     generator,
     normal,
     parts_plain,
+    state_dict_plain,
+    state_dict_tensors,
     tensor_judge,
     with_weights,
 )
-from coursepkg.self_attention import SelfAttention, causal_mask, scaled_dot_product_attention
+from coursepkg.self_attention import SelfAttention, causal_mask
 
-__all__ = ["ASSIGNMENT", "qkv_scores", "self_attention"]
+__all__ = [
+    "ASSIGNMENT",
+    "RecallModel",
+    "causal_self_attention",
+    "local_mask",
+    "qkv_scores",
+    "recall_data",
+    "train_recall",
+]
 
 ASSIGNMENT = "04_self_attention"
 
@@ -104,6 +113,7 @@ ASSIGNMENT = "04_self_attention"
 # task; a student must write the projections, the scores, the mask and the softmax.
 _NO_ATTENTION_LIBRARIES = (
     "coursepkg.self_attention",
+    "coursepkg.lm",
     "coursepkg.attention",
     "coursepkg.multihead",
     "coursepkg.transformer",
@@ -113,7 +123,7 @@ _NO_ATTENTION_LIBRARIES = (
     "torch.nn.MultiheadAttention",
     *ATTENTION_KERNELS,
 )
-# torch's own causal-mask helper (a float 0 / -inf mask) is also off limits in task 4.3.
+# torch's own causal-mask helper (a float 0 / -inf mask) is also off limits in task 4.2.
 _NO_MASK_LIBRARIES = (
     *_NO_ATTENTION_LIBRARIES,
     "torch.nn.Transformer.generate_square_subsequent_mask",
@@ -322,216 +332,9 @@ register(
 )
 
 
-# --------------------------------------------------------------------------------------------
-# Task 4.2 scaled_dot_product_attention
-# --------------------------------------------------------------------------------------------
-
-HINT_OUT_SHAPE = "out has one row per query and the values' width, (..., T, Dv)."
-HINT_WEIGHTS_SHAPE = (
-    "The weights are (..., T, S), the scores' shape: the leading dims of q, one row per query, "
-    "one column per key."
-)
-HINT_SDPA_GENERIC = (
-    "Divide the scores Q K^T (the keys' last two dims transposed) by the square root of d_k, "
-    "put float('-inf') where the mask is False, take the softmax over the keys (the last dim), "
-    "and average the values with the weights; return the output and the weights."
-)
-
-
-def _build_sdpa_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    lead = tuple(int(n) for n in args["lead"])
-    T, S, Dk, Dv = int(args["T"]), int(args["S"]), int(args["Dk"]), int(args["Dv"])
-    kind = args["kind"]
-    if args["self_attention"]:  # the chapter's f(x, x, x): q, k and v are one tensor (T, Dk)
-        x = normal(gen, (*lead, T, Dk), 1.0, dtype)
-        return (x, x, x) if args["mask"] is None else (x, x, x, masks.as_tensor(args["mask"]))
-    if kind == "normal":
-        q = normal(gen, (*lead, T, Dk), 1.0, dtype)
-        k = normal(gen, (*lead, S, Dk), 1.0, dtype)
-    else:
-        # Small integers and one large feature (Dk = 4, so dividing by sqrt(Dk) = 2 is exact):
-        # the scores are computed exactly, or rounded the same way, in any order.
-        q = torch.randint(-2, 3, (*lead, T, Dk), generator=gen).to(dtype)
-        k = torch.randint(-2, 3, (*lead, S, Dk), generator=gen).to(dtype)
-        if kind == "large":  # every score is 1000 plus a small number: exp overflows
-            q[..., 0], k[..., 0] = 500.0, 4.0
-        else:  # "negative": per query, the scores are about -8e3, or exactly -1.7e10 or -5.4e8
-            firsts = [-(2.0**-4), -(2.0**17), -(2.0**12)]
-            q[..., 0] = torch.tensor([firsts[t % 3] for t in range(T)], dtype=dtype)
-            q[..., torch.arange(T) % 3 != 0, 1:] = 0.0  # equal scores there, in any precision
-            k[..., 0] = 2.0**18
-    v = normal(gen, (*lead, S, Dv), 1.0, dtype)
-    if args["mask"] is None:
-        return q, k, v
-    return q, k, v, masks.as_tensor(args["mask"])
-
-
-def _sdpa_to_plain(value: object) -> list[dict]:
-    return parts_plain(value, ("out", "weights"))
-
-
-def _sdpa_shape_hint_for(inputs: tuple) -> Callable[[list, list, int], str]:
-    Dk = inputs[0].shape[-1]
-
-    def hint(got: list, expected: list, k: int) -> str:
-        out_shape, weights_shape = expected
-        T, S = weights_shape[-2:]
-        if got[0] == weights_shape and got[1] == out_shape:
-            return HINT_PAIR_ORDER
-        if k == 1:
-            if got[1] == (*weights_shape[:-2], S, T):
-                return HINT_SCORES_TRANSPOSED
-            return HINT_WEIGHTS_SHAPE
-        if got[0] == (*out_shape[:-1], Dk):
-            return HINT_OUT_KEYS
-        if got[0] == (*out_shape[:-2], S, out_shape[-1]):
-            return HINT_OUT_TRANSPOSED
-        return HINT_OUT_SHAPE
-
-    return hint
-
-
-def _sdpa_variants(inputs: tuple) -> list[Variant]:
-    def swapped() -> tuple[Tensor, Tensor]:
-        out, weights = scaled_dot_product_attention(*inputs)
-        return weights, out
-
-    known = [(hint, lambda f=f: f(*inputs), "") for hint, f in bank.attention_mistakes()]
-    return [(HINT_PAIR_ORDER, swapped, ""), *known]
-
-
-_judge_sdpa = tensor_judge(_build_sdpa_args, ("out", "weights"), _sdpa_variants,
-                           _sdpa_shape_hint_for, HINT_SDPA_GENERIC, inputs_shape_hint=True)
-
-
-@dataclass(frozen=True)
-class Attention(Args):
-    """A case of task 4.2: q (*lead, T, Dk), k (*lead, S, Dk), v (*lead, S, Dv), a mask or None.
-
-    ``kind`` "large": scores of about 1000, "negative": scores from -8e3 to -1.7e10 (both with
-    Dk = 4, computed exactly); ``self_attention``: q, k and v are one tensor (S = T, Dv = Dk).
-    """
-
-    seed: int
-    lead: tuple[int, ...]
-    T: int
-    S: int
-    Dk: int
-    Dv: int
-    mask: list | None
-    kind: str = "normal"
-    self_attention: bool = False
-    dtype: str = "float32"
-
-
-_SDPA_CASES = (
-    Attention(421, [2], T=3, S=5, Dk=4, Dv=6, mask=None).case(
-        "no mask; 3 queries, 5 keys, Dk = 4, Dv = 6"),
-    Attention(422, [2], T=4, S=4, Dk=3, Dv=5, mask=masks.causal(4)).case(
-        "a causal mask (T, T) shared by the batch; Dk = 3, Dv = 5"),
-    Attention(423, [3], T=4, S=6, Dk=8, Dv=2, mask=masks.padding([6, 3, 1], 6)).case(
-        "a key-padding mask (B, 1, S), lengths [6, 3, 1]"),
-    Attention(424, [2], T=3, S=4, Dk=4, Dv=3, mask=None, kind="large").case(
-        "large scores (about 1000): the softmax must not overflow"),
-    Attention(425, [2], T=6, S=6, Dk=4, Dv=3, mask=masks.causal(6), kind="negative").case(
-        "scores from -8e3 down to -1.7e10, causal mask: masked keys must get 0"),
-    Attention(426, [2, 3], T=3, S=5, Dk=4, Dv=2, mask=masks.padding([5, 2], 5, ones=2)).case(
-        "(B, H, T, S) inputs (any leading dims) with a (B, 1, 1, S) key-padding mask"),
-    Attention(427, [2], T=4, S=4, Dk=3, Dv=3, mask=masks.causal(4), self_attention=True).case(
-        "self-attention: q, k and v are one tensor, as in the chapter's call f(x, x, x)"),
-)
-
-
-def _attention(rng: random.Random, lead: list[int], T: int, S: int, mask: list | None, *,
-               kind: str = "normal", self_attention: bool = False,
-               dtype: str = "float32") -> Attention:
-    """A case of task 4.2 drawn from ``rng``: Dk and Dv different (Dk = 4 for the exact kinds,
-    Dv = Dk for self-attention)."""
-    Dk, Dv = draw_sizes(rng, 2, 2, 7)
-    if kind != "normal":
-        Dk = 4
-    if self_attention:
-        Dv = Dk
-    return Attention(draw_seed(rng), lead, T, S, Dk, Dv, mask, kind, self_attention, dtype)
-
-
-def _heads(rng: random.Random) -> list[int]:
-    return [rng.randint(2, 3), rng.randint(2, 3)]  # (B, H)
-
-
-def _four_d_rows(rng: random.Random) -> Attention:
-    T, S = draw_sizes(rng, 2, 3, 7)
-    return _attention(rng, _heads(rng), T, S, masks.random_rows(rng, T, S), dtype="float64")
-
-
-def _one_query(rng: random.Random) -> Attention:
-    lead, S = _heads(rng), rng.randint(4, 7)
-    mask = masks.padding(masks.random_lengths(rng, lead[0], S), S, ones=2)
-    return _attention(rng, lead, 1, S, mask)
-
-
-def _large_causal(rng: random.Random) -> Attention:
-    T = rng.randint(4, 6)
-    return _attention(rng, _heads(rng), T, T, masks.causal(T, ones=2), kind="large")
-
-
-def _per_sequence(rng: random.Random) -> Attention:
-    T, S = rng.randint(4, 7), rng.randint(2, 4)
-    return _attention(rng, [1], T, S, [masks.random_rows(rng, T, S)])
-
-
-def _unbatched(rng: random.Random) -> Attention:
-    T, S = draw_sizes(rng, 2, 3, 7)
-    return _attention(rng, [], T, S, None, dtype="float64")
-
-
-def _self(rng: random.Random) -> Attention:
-    T = rng.randint(3, 6)
-    return _attention(rng, [rng.randint(2, 3)], T, T, masks.causal(T), self_attention=True)
-
-
-_SDPA_HIDDEN = (
-    hidden("hidden: float64, (B, H, T, S) inputs, a (T, S) mask", _four_d_rows),
-    hidden("hidden: one query, (B, H, T, S) inputs, a (B, 1, 1, S) mask", _one_query),
-    hidden("hidden: large scores, (B, H, T, S) inputs, a (1, 1, T, T) causal mask",
-           _large_causal),
-    hidden("hidden: a batch of one, a (B, T, S) mask", _per_sequence),
-    hidden("hidden: float64, no batch dims, no mask", _unbatched),
-    hidden("hidden: self-attention, q, k and v one tensor", _self),
-)
-
-register(
-    Task(
-        id="4.2",
-        assignment=ASSIGNMENT,
-        func_name="scaled_dot_product_attention",
-        title="Scaled dot-product attention softmax(Q K^T / sqrt(d_k)) V with a boolean mask",
-        cases=_SDPA_CASES,
-        hidden=_SDPA_HIDDEN,
-        build_args=_build_sdpa_args,
-        reference=scaled_dot_product_attention,
-        to_plain=_sdpa_to_plain,
-        judge=_judge_sdpa,
-        forbidden=_NO_ATTENTION_LIBRARIES,
-        error_hints={
-            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "the scores are q @ k.transpose(-2, -1), (..., T, Dk) @ (..., Dk, S) -> (..., T, "
-            "S), whatever the leading dims (k.T reverses ALL dims of a 3-D or 4-D tensor, and "
-            "k.transpose(1, 2) is wrong for 4-D ones); the output is weights @ v. Test the "
-            "mask with 'if mask is not None:', not 'if mask:'.",
-            "IndexError": "A dim is out of range: count the dims from the end (dim=-1, "
-            "transpose(-2, -1)) so that the function works for any number of leading dims.",
-            "TypeError": "The function was called as f(q, k, v) without a mask: give it the "
-            "default mask=None. Otherwise check the types of what you pass and return.",
-            "CheckError": "Return a pair (out, weights) of tensors.",
-        },
-    )
-)
-
 
 # --------------------------------------------------------------------------------------------
-# Task 4.3 causal_mask
+# Masks as plain values (task 4.2, and the shape of the answers of the mask mistakes)
 # --------------------------------------------------------------------------------------------
 
 HINT_MASK_BOOL = (
@@ -542,15 +345,6 @@ HINT_MASK_ADDITIVE = (
     "That is an additive mask (0 where allowed, a negative number or -inf where not), another "
     "convention: this course's masks are boolean, True where query t may attend to key s."
 )
-HINT_MASK_SHAPE = "Return a (T, T) mask: one row per query, one column per key."
-HINT_CAUSAL_GENERIC = (
-    "mask[t, s] is True when s <= t (key s is not in query t's future): the lower triangle of "
-    "a (T, T) boolean matrix, its diagonal included."
-)
-
-
-def _build_mask_args(args: dict) -> tuple:
-    return (int(args["T"]),)
 
 
 def _mask_to_plain(value: object) -> dict:
@@ -572,34 +366,6 @@ def _mask_to_plain(value: object) -> dict:
     }
 
 
-def _judge_mask(got: object, expected: object, args: dict) -> Verdict:
-    got_shape, got_dtype, values = _decode_mask(got)
-    expected_shape, _, want = _decode_mask(expected)
-    if got_shape != expected_shape:
-        return Verdict(False, HINT_MASK_SHAPE,
-                       f"Expected a mask of shape {expected_shape}, got {got_shape}.")
-    T = int(args["T"])
-    if got_dtype != "bool":
-        detail = f"Expected dtype torch.bool, got torch.{got_dtype}."
-        allowed = want.bool()
-        if bool((values[allowed] == 0).all()) and bool((values[~allowed] < 0).all()):
-            return Verdict(False, HINT_MASK_ADDITIVE, detail)
-        pattern = values != 0
-        if torch.equal(pattern, allowed):
-            return Verdict(False, HINT_MASK_BOOL, detail)
-        for hint, wrong in bank.CAUSAL_MISTAKES:
-            if torch.equal(pattern, wrong(T)):
-                return Verdict(False, hint, detail)
-        return Verdict(False, HINT_MASK_BOOL, detail)
-    if torch.equal(values, want):
-        return Verdict(True)
-    detail = _mask_difference(values, want)
-    for hint, wrong in bank.CAUSAL_MISTAKES:
-        if torch.equal(values.bool(), wrong(T)):
-            return Verdict(False, hint, detail)
-    return Verdict(False, HINT_CAUSAL_GENERIC, detail)
-
-
 def _decode_mask(plain: object) -> tuple[tuple[int, ...], str, Tensor]:
     """A plain mask -> (shape, dtype name, float64 values); ValueError if it is malformed."""
     shape, dtype, values = decode(plain)
@@ -609,7 +375,7 @@ def _decode_mask(plain: object) -> tuple[tuple[int, ...], str, Tensor]:
 
 
 def _mask_difference(got: Tensor, expected: Tensor) -> str:
-    """``"mask[0, 1]: expected False, got True (3 of 16 values differ)."``"""
+    """``"mask[0, 1, 2]: expected False, got True (3 of 48 values differ)."``"""
     wrong = (got != expected).nonzero()
     index = ", ".join(str(int(i)) for i in wrong[0])
     return (
@@ -618,205 +384,702 @@ def _mask_difference(got: Tensor, expected: Tensor) -> str:
     )
 
 
+# --------------------------------------------------------------------------------------------
+# Task 4.2 local_mask (extension)
+# --------------------------------------------------------------------------------------------
+
+HINT_LOCAL_WIDE = (
+    "The window holds W positions, the query's own included: query t sees keys t - W + 1 to t. "
+    "Yours lets it see one key more, W + 1 of them."
+)
+HINT_LOCAL_NARROW = (
+    "The window holds W positions, the query's own included: query t sees keys t - W + 1 to t. "
+    "Yours has only W - 1 of them."
+)
+HINT_LOCAL_SYMMETRIC = (
+    "Local attention here is causal too: the window ends at the query and reaches back W - 1 "
+    "positions; keys after t stay hidden. Yours is centred on the query and sees the future."
+)
+HINT_LOCAL_FUTURE = (
+    "The window reaches BACK from the query: keys t - W + 1 to t, the past and the token itself. "
+    "Yours reaches forward, into the future."
+)
+HINT_LOCAL_NO_WINDOW = (
+    "The window is missing: query t must not see keys more than W - 1 positions back, however "
+    "many real tokens there are before it."
+)
+HINT_LOCAL_PADDING_IGNORED = (
+    "Padding is ignored: a position where keep is False holds no token, so no real query may "
+    "attend to it as a key (its column is False in the rows of real queries)."
+)
+HINT_LOCAL_PADDING_QUERIES = (
+    "keep says which KEYS exist: hide the columns of padding positions. Yours hides the rows "
+    "of padding queries instead, so real queries still attend to padding and padding rows are "
+    "empty."
+)
+HINT_LOCAL_EMPTY_ROWS = (
+    "A padding query must still attend to something, or its softmax divides 0 by 0 (NaN): let "
+    "each padding query attend to itself only (its diagonal entry), and to nothing else."
+)
+HINT_LOCAL_PADDING_ROWS = (
+    "The row of a padding query (keep False at t) is its diagonal entry alone: a padding "
+    "position attends to itself only, whatever real keys its window holds."
+)
+HINT_LOCAL_FIRST_ROW = (
+    "Each sequence has its own padding: use keep[b] for sequence b, not the first sequence's "
+    "pattern for all of them."
+)
+HINT_LOCAL_LENGTHS = (
+    "Padding is not always at the end: keep may hide positions at the start (left padding) or "
+    "anywhere. Use keep itself, position by position, rather than a length per sequence."
+)
+HINT_LOCAL_INVERTED = (
+    "True means MAY attend: your mask is True exactly where attention must be hidden. Return "
+    "its complement."
+)
+HINT_LOCAL_SHAPE = "Return a (B, T, T) mask: one (T, T) mask per sequence, rows for queries."
+HINT_LOCAL_GENERIC = (
+    "Build the mask from three facts: key s is inside query t's window (from W - 1 positions "
+    "back up to t itself), key s holds a token (keep), and a padding query attends to itself "
+    "alone; combine them for each sequence of the batch."
+)
+
+
+def local_mask(keep: Tensor, window: int) -> Tensor:
+    """Task 4.2's reference: the mask of sliding-window causal attention over a padded batch.
+
+    Args:
+        keep: (B, T) bool, True where position t of sequence b holds a token, False where it
+            is padding (at the end, at the start or anywhere).
+        window: W >= 1, the number of positions a query sees, its own included.
+
+    Returns:
+        BoolTensor (B, T, T): for a real query t, True at the real keys s with
+        t - W < s <= t; for a padding query t, True at (t, t) only.
+    """
+    T = keep.shape[-1]
+    position = torch.arange(T)
+    offset = position[:, None] - position[None, :]  # (T, T): t - s
+    inside = (offset >= 0) & (offset < window)  # (T, T)
+    real = inside & keep[:, None, :] & keep[:, :, None]  # (B, T, T)
+    itself = torch.eye(T, dtype=torch.bool) & ~keep[:, :, None]  # (B, T, T)
+    return real | itself
+
+
+def _band(T: int, low: int, high: int) -> Tensor:
+    """(T, T): True where low <= t - s <= high."""
+    position = torch.arange(T)
+    offset = position[:, None] - position[None, :]
+    return (offset >= low) & (offset <= high)
+
+
+def _with_padding(band: Tensor, keep: Tensor) -> Tensor:
+    """The right padding rules around another (T, T) band."""
+    T = keep.shape[-1]
+    itself = torch.eye(T, dtype=torch.bool) & ~keep[:, :, None]
+    return (band & keep[:, None, :] & keep[:, :, None]) | itself
+
+
+def _local_variants(keep: Tensor, W: int) -> list[tuple[str, Callable[[], Tensor]]]:
+    T = keep.shape[-1]
+    band = _band(T, 0, W - 1)
+    B = keep.shape[0]
+    lengths = keep.sum(dim=-1)  # (B,)
+    as_right_padding = torch.arange(T)[None, :] < lengths[:, None]
+    return [
+        (HINT_LOCAL_INVERTED, lambda: ~local_mask(keep, W)),
+        (HINT_LOCAL_WIDE, lambda: _with_padding(_band(T, 0, W), keep)),
+        (HINT_LOCAL_NARROW, lambda: _with_padding(_band(T, 0, W - 2), keep)),
+        (HINT_LOCAL_SYMMETRIC, lambda: _with_padding(_band(T, 1 - W, W - 1), keep)),
+        (HINT_LOCAL_FUTURE, lambda: _with_padding(_band(T, 1 - W, 0), keep)),
+        (HINT_LOCAL_NO_WINDOW, lambda: _with_padding(_band(T, 0, T), keep)),
+        (HINT_LOCAL_PADDING_IGNORED, lambda: band.expand(B, T, T).clone()),
+        (HINT_LOCAL_EMPTY_ROWS, lambda: band & keep[:, None, :] & keep[:, :, None]),
+        (HINT_LOCAL_PADDING_QUERIES, lambda: band & keep[:, :, None]),
+        (HINT_LOCAL_PADDING_ROWS, lambda: band & keep[:, None, :]),
+        (HINT_LOCAL_PADDING_ROWS, lambda: (band & keep[:, None, :])
+         | (torch.eye(T, dtype=torch.bool) & ~keep[:, :, None])),
+        (HINT_LOCAL_FIRST_ROW, lambda: _with_padding(band, keep[:1].expand(B, T))),
+        (HINT_LOCAL_LENGTHS, lambda: _with_padding(band, as_right_padding)),
+    ]
+
+
+def _build_local_args(args: dict) -> tuple:
+    return masks.as_tensor(args["keep"]), int(args["window"])
+
+
+def _judge_local(got: object, expected: object, args: dict) -> Verdict:
+    got_shape, got_dtype, values = _decode_mask(got)
+    expected_shape, _, want = _decode_mask(expected)
+    keep, W = _build_local_args(args)
+    if got_shape != expected_shape:
+        return Verdict(False, HINT_LOCAL_SHAPE,
+                       f"Expected a mask of shape {expected_shape}, got {got_shape}.")
+    detail = ""
+    if got_dtype != "bool":
+        allowed = want.bool()
+        detail = f"Expected dtype torch.bool, got torch.{got_dtype}."
+        if bool((values[allowed] == 0).all()) and bool((values[~allowed] < 0).all()):
+            return Verdict(False, HINT_MASK_ADDITIVE, detail)
+        return Verdict(False, HINT_MASK_BOOL, detail)
+    if torch.equal(values, want):
+        return Verdict(True)
+    detail = _mask_difference(values, want)
+    pattern = values.bool()
+    for hint, wrong in _local_variants(keep, W):
+        if torch.equal(pattern, wrong()):
+            return Verdict(False, hint, detail)
+    return Verdict(False, HINT_LOCAL_GENERIC, detail)
+
+
 @dataclass(frozen=True)
-class Length(Args):
-    """A case of task 4.3: the length T."""
+class Window(Args):
+    """A case of task 4.2: which positions hold tokens, (B, T) as lists of bools, and W."""
 
-    T: int
+    keep: list
+    window: int
 
 
-_MASK_CASES = (Length(4).case("T = 4"), Length(7).case("T = 7"))
+def _kept(lengths: list[int], T: int, *, left: bool = False) -> list[list[bool]]:
+    """Right padding (tokens first) or, with ``left``, left padding (tokens last)."""
+    return [[(t >= T - n) if left else (t < n) for t in range(T)] for n in lengths]
 
-_MASK_HIDDEN = (
-    hidden("hidden: one position", lambda rng: Length(1)),
-    hidden("hidden: two positions", lambda rng: Length(2)),
-    hidden("hidden: an odd length", lambda rng: Length(rng.choice([3, 5, 9, 11]))),
-    hidden("hidden: a longer sequence", lambda rng: Length(rng.randint(12, 24))),
+
+_LOCAL_CASES = (
+    Window(_kept([6], 6), 3).case("one sequence of 6 tokens, no padding, a window of 3"),
+    Window(_kept([6, 4], 6), 2).case("right padding (lengths 6 and 4), a window of 2"),
+    Window(_kept([5, 2, 7], 7, left=True), 3).case(
+        "left padding (lengths 5, 2 and 7, the tokens at the end), a window of 3"),
+    Window(_kept([5, 3], 5), 8).case("a window longer than the sequences, right padding"),
+)
+
+
+def _random_keep(rng: random.Random, B: int, T: int) -> list[list[bool]]:
+    """B rows of T: tokens and padding anywhere, each row with a token and one row with a gap."""
+    rows = []
+    for _ in range(B):
+        row = [rng.random() < 0.65 for _ in range(T)]
+        row[rng.randrange(T)] = True
+        rows.append(row)
+    if all(all(row) for row in rows):
+        rows[rng.randrange(B)][rng.randrange(T)] = False
+    return rows
+
+
+def _hidden_random(rng: random.Random) -> Window:
+    T = rng.randint(6, 9)
+    return Window(_random_keep(rng, rng.randint(2, 4), T), rng.randint(2, 4))
+
+
+def _hidden_left(rng: random.Random) -> Window:
+    T = rng.randint(5, 9)
+    lengths = masks.random_lengths(rng, rng.randint(2, 4), T)
+    return Window(_kept(lengths, T, left=True), rng.randint(2, 4))
+
+
+def _hidden_one(rng: random.Random) -> Window:
+    T = rng.randint(4, 8)
+    return Window(_kept(masks.random_lengths(rng, rng.randint(2, 3), T), T), 1)
+
+
+def _hidden_longer(rng: random.Random) -> Window:
+    T = rng.randint(12, 20)
+    return Window(_random_keep(rng, rng.randint(2, 3), T), rng.randint(3, 6))
+
+
+_LOCAL_HIDDEN = (
+    hidden("hidden: padding anywhere, not only at one end", _hidden_random),
+    hidden("hidden: left padding", _hidden_left),
+    hidden("hidden: a window of 1", _hidden_one),
+    hidden("hidden: one position", lambda rng: Window([[True]] * rng.randint(1, 3),
+                                                      rng.randint(1, 3))),
+    hidden("hidden: longer sequences", _hidden_longer),
+)
+
+register(
+    Task(
+        id="4.2",
+        assignment=ASSIGNMENT,
+        func_name="local_mask",
+        title="The mask of sliding-window causal attention over a padded batch",
+        cases=_LOCAL_CASES,
+        hidden=_LOCAL_HIDDEN,
+        build_args=_build_local_args,
+        reference=local_mask,
+        to_plain=_mask_to_plain,
+        judge=_judge_local,
+        forbidden=_NO_MASK_LIBRARIES,
+        error_hints={
+            "CheckError": "Return a (B, T, T) torch.bool tensor, True where query t of "
+            "sequence b may attend to key s.",
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "keep is (B, T), the mask (B, T, T); to combine a (T, T) pattern with what each "
+            "sequence keeps, give keep a dim of size 1 where the pattern has its rows or its "
+            "columns.",
+        },
+        kind="extension",
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 4.3 causal_self_attention (debug)
+# --------------------------------------------------------------------------------------------
+
+#: The planted bugs of the exercise's starter code, by name, with what a run of it shows.
+HINT_DEBUG_VALUES = (
+    "The values are made with the wrong weights: each of the three projections has its own "
+    "matrix, and the values' one is the only matrix of width Dv."
+)
+HINT_DEBUG_SCALE = (
+    "The scores are divided by d_k: the spread of a dot product of d_k unit-variance terms is "
+    "the SQUARE ROOT of d_k, and dividing by d_k itself flattens the weights as d_k grows."
+)
+HINT_DEBUG_LEAK = (
+    "The mask leaks the future: each position can also see the next one (its key at t + 1). "
+    "Query t may attend to keys 0..t only, the diagonal included and nothing above it."
+)
+HINT_DEBUG_SOFTMAX = (
+    "The softmax normalises the wrong axis: it makes each COLUMN (one key, all the queries) sum "
+    "to 1. Each row of the weights is one query's distribution over the keys and must sum to 1."
+)
+PREFIX_DEBUG_SEVERAL = "Several bugs are still there:"
+HINT_DEBUG_DIAGONAL = (
+    "The mask now hides too much: a position may attend to itself (the diagonal), or the first "
+    "position has no key at all (NaN)."
+)
+HINT_DEBUG_INVERTED = (
+    "The mask is applied inverted: the scores filled with -inf must be those of the keys a "
+    "query may NOT see, the future; yours hides the past and shows the future."
+)
+HINT_DEBUG_D_MODEL = (
+    "Scale by the square root of d_k, the width of the queries and keys, not of D, the width "
+    "of the input vectors."
+)
+HINT_DEBUG_OUT_SHAPE = "Return (out, weights): out (B, T, Dv), weights (B, T, T)."
+HINT_DEBUG_GENERIC = (
+    "Run the starter code on a small input and look at what it returns: do the weights of "
+    "each query sum to 1 over the keys, is every weight above the diagonal exactly 0, do the "
+    "scores have the scale the chapter derives, and is each projection made with its own "
+    "matrix?"
+)
+
+_BUG_HINTS = {
+    "values": HINT_DEBUG_VALUES,
+    "scale": HINT_DEBUG_SCALE,
+    "leak": HINT_DEBUG_LEAK,
+    "softmax": HINT_DEBUG_SOFTMAX,
+}
+
+
+def with_bugs(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, bugs: frozenset = frozenset(),
+              *, diagonal: int | None = None, inverted: bool = False,
+              scale: float | None = None) -> tuple[Tensor, Tensor]:
+    """Causal self-attention with some of the starter code's bugs (``bugs``, names of
+    :data:`_BUG_HINTS`) and other mistakes: a mask ``tril(diagonal)``, filled where it is True
+    (``inverted``), scores divided by ``scale``."""
+    T = x.shape[1]
+    q, k = x @ w_q.T, x @ w_k.T
+    v = x @ (w_k if "values" in bugs else w_v).T
+    if scale is None:
+        scale = q.shape[-1] if "scale" in bugs else math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) / scale
+    if diagonal is None:
+        diagonal = 1 if "leak" in bugs else 0
+    allowed = torch.ones(T, T, dtype=torch.bool).tril(diagonal)
+    scores = scores.masked_fill(allowed if inverted else ~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=1 if "softmax" in bugs else -1)
+    return weights @ v, weights
+
+
+def causal_self_attention(x: Tensor, w_q: Tensor, w_k: Tensor,
+                          w_v: Tensor) -> tuple[Tensor, Tensor]:
+    """Task 4.3's reference (the starter code fixed): one causal self-attention head.
+
+    Args:
+        x: (B, T, D) the input vectors.
+        w_q: (Dk, D); w_k: (Dk, D); w_v: (Dv, D), nn.Linear-style weights.
+
+    Returns:
+        ``(out (B, T, Dv), weights (B, T, T))``, query t attending to keys 0..t.
+    """
+    layer = with_weights(lambda: SelfAttention(w_q.shape[1], w_q.shape[0], w_v.shape[0],
+                                               causal=True),
+                         w_q.dtype, {"w_q.weight": w_q, "w_k.weight": w_k, "w_v.weight": w_v})
+    with torch.no_grad():
+        return layer(x)
+
+
+def debug_hint(bugs: frozenset) -> str:
+    """The feedback to the starter code with ``bugs`` left (one hint, or each of them)."""
+    hints = [_BUG_HINTS[name] for name in _BUG_HINTS if name in bugs]
+    return hints[0] if len(hints) == 1 else " ".join([PREFIX_DEBUG_SEVERAL, *hints])
+
+
+#: Every combination of the starter code's bugs, one bug first.
+BUG_SETS = tuple(frozenset(combo) for n in range(1, len(_BUG_HINTS) + 1)
+                 for combo in itertools.combinations(_BUG_HINTS, n))
+
+
+def _debug_variants(inputs: tuple) -> list[Variant]:
+    x, w_q, w_k, w_v = inputs
+    variants: list[Variant] = [
+        (debug_hint(bugs), lambda bugs=bugs: with_bugs(x, w_q, w_k, w_v, bugs), "")
+        for bugs in BUG_SETS
+    ]
+    variants += [
+        (HINT_DEBUG_DIAGONAL, lambda: with_bugs(x, w_q, w_k, w_v, diagonal=-1), ""),
+        (HINT_DEBUG_INVERTED, lambda: with_bugs(x, w_q, w_k, w_v, inverted=True), ""),
+        (HINT_DEBUG_D_MODEL,
+         lambda: with_bugs(x, w_q, w_k, w_v, scale=math.sqrt(x.shape[-1])), ""),
+        (HINT_NO_SCALE, lambda: with_bugs(x, w_q, w_k, w_v, scale=1.0), ""),
+    ]
+    return variants
+
+
+def _debug_shape_hint_for(inputs: tuple) -> Callable[[list, list, int], str]:
+    Dk = inputs[1].shape[0]
+
+    def hint(got: list, expected: list, k: int) -> str:
+        out_shape, weights_shape = expected
+        if got[0] == weights_shape and got[1] == out_shape:
+            return HINT_PAIR_ORDER
+        if k == 0 and got[0] == (*out_shape[:-1], Dk):
+            return HINT_DEBUG_VALUES
+        return HINT_DEBUG_OUT_SHAPE
+
+    return hint
+
+
+_judge_debug = tensor_judge(_build_qkv_args, ("out", "weights"), _debug_variants,
+                            _debug_shape_hint_for, HINT_DEBUG_GENERIC, inputs_shape_hint=True)
+
+_DEBUG_CASES = (
+    Projections(431, B=2, T=5, D=6, Dk=4, Dv=4).case("2 sequences of 5; D = 6, Dk = Dv = 4"),
+    Projections(432, B=1, T=4, D=5, Dk=3, Dv=3).case("1 sequence of 4; D = 5, Dk = Dv = 3"),
+    Projections(433, B=3, T=6, D=8, Dk=2, Dv=5).case("3 sequences of 6; D = 8, Dk = 2, Dv = 5"),
+)
+
+
+def _debug_sizes(rng: random.Random, **fixed) -> Projections:
+    sizes = _widths(rng, **fixed)
+    sizes["Dv"] = sizes["Dk"]  # the values' bug shows in the numbers, not only in the shape
+    return Projections(**sizes)
+
+
+_DEBUG_HIDDEN = (
+    hidden("hidden: float64", lambda rng: Projections(**{**_widths(rng), "dtype": "float64"})),
+    hidden("hidden: Dv = Dk", _debug_sizes),
+    hidden("hidden: larger sizes", lambda rng: _debug_sizes(rng, large=True)),
 )
 
 register(
     Task(
         id="4.3",
         assignment=ASSIGNMENT,
-        func_name="causal_mask",
-        title="The causal mask: query t may attend to keys 0..t",
-        cases=_MASK_CASES,
-        hidden=_MASK_HIDDEN,
-        build_args=_build_mask_args,
-        reference=causal_mask,
-        to_plain=_mask_to_plain,
-        judge=_judge_mask,
-        forbidden=_NO_MASK_LIBRARIES,
+        func_name="causal_self_attention",
+        title="Fix a causal self-attention head with planted bugs",
+        cases=_DEBUG_CASES,
+        hidden=_DEBUG_HIDDEN,
+        build_args=_build_qkv_args,
+        reference=causal_self_attention,
+        to_plain=lambda value: parts_plain(value, ("out", "weights")),
+        judge=_judge_debug,
+        forbidden=_NO_ATTENTION_LIBRARIES,
         error_hints={
-            "CheckError": "Return a (T, T) torch.bool tensor, True where query t may attend to "
-            "key s.",
-            "TypeError": "causal_mask gets the length T, an int, and returns a (T, T) tensor: "
-            "torch.ones(T, T, dtype=torch.bool) has the right shape and dtype to start from.",
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "x is (B, T, D) and the weights (Dk, D), (Dk, D), (Dv, D), one row per output "
+            "feature; the scores of one sequence are (T, T), and so is its mask.",
+            "CheckError": "Return a pair (out, weights) of tensors.",
         },
+        kind="debug",
     )
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 4.4 self_attention
+# Task 4.4 train_recall (train)
 # --------------------------------------------------------------------------------------------
 
-HINT_CAUSAL_IGNORED = (
-    "With causal=True, position t must not see positions after it: pass causal_mask(T) as "
-    "the mask (T is x.shape[1])."
+#: The recall task's letters, digits and pairs per sequence; the training and held-out sizes.
+RECALL_LETTERS = 16
+RECALL_DIGITS = 10
+RECALL_PAIRS = 8
+RECALL_TRAIN = 2000
+RECALL_HELD_OUT = 2000
+#: RecallModel's widths: D of the embeddings and of the values, Dk of queries and keys.
+RECALL_D = 32
+RECALL_D_K = 16
+#: Full marks from 0.95 held-out accuracy, half from 0.7, a quarter from 0.4 (chance: 0.1).
+RECALL_BANDS = ((0.95, 1.0), (0.7, 0.5), (0.4, 0.25))
+#: Seconds one training may take (measured on one thread); the reference needs about one.
+RECALL_TIME_LIMIT = 10.0
+
+HINT_RECALL_TRAIN = (
+    "The model is confident but wrong on held-out sequences: it learnt something else than the "
+    "task. Train on the sequences and answers given, with the cross-entropy of the digit "
+    "predicted at the query, and clear the gradients before every backward pass."
 )
-HINT_ALWAYS_CAUSAL = (
-    "With causal=False every position attends to every position: use the causal mask only "
-    "when causal is True."
+HINT_RECALL_PARTIAL = (
+    "Partial credit: the model has learnt part of the task. Train for more steps (or with a "
+    "larger learning rate) on the sequences given, and watch the training loss fall."
 )
-HINT_LAYER_MASK_WRONG = "The layer is wired right but its causal mask is not:"
-HINT_LAYER_MASK_INVERTED = (
-    "The causal mask reaches the softmax inverted: the future is allowed and the past hidden. "
-    "True means MAY attend: causal_mask must be True on and below the diagonal, and "
-    "scaled_dot_product_attention must fill the scores where the mask is False (~mask)."
-)
-HINT_LAYER_ATTENTION_WRONG = (
-    "The projections are right but the attention is not: your results are those of a "
-    "scaled_dot_product_attention with a mistake. Make it pass task 4.2, then call it here."
-)
-HINT_VALUES_NOT_PROJECTED = (
-    "Project the values too: v = x @ w_v.T (B, T, Dv). Averaging x itself gives vectors of "
-    "width D."
-)
-HINT_LAYER_SHAPE = "Return (out, weights): out (B, T, Dv), weights (B, T, T)."
-HINT_LAYER_GENERIC = (
-    "Project x to the queries, keys and values with the transposed weights, use the causal "
-    "mask of x's length only when causal is True (no mask otherwise), and hand them to your "
-    "scaled_dot_product_attention from task 4.2."
+HINT_RECALL_UNTRAINED = (
+    "The model's predictions are close to uniform: it links no sequence to its answer. Is it "
+    "trained at all (a backward pass and an optimizer step on the parameters of the model you "
+    "return), and does each minibatch pair the sequences with their own answers?"
 )
 
 
-def _build_layer_args(args: dict) -> tuple:
-    return (*_build_qkv_args(args), bool(args["causal"]))
+class RecallModel(nn.Module):
+    """The course model of task 4.4: one self-attention head reads a set of letter-digit pairs
+    and a query letter, and predicts the digit paired with the query's letter.
+
+    A token is a pair (letter, digit), its vector the sum of a letter's and a digit's
+    embedding; the query is the last token, its digit the extra symbol ``RECALL_DIGITS``
+    ("?"). The head (:class:`coursepkg.self_attention.SelfAttention`, no positions: the pairs
+    are a set) lets every token attend to every token, and a linear layer reads the query's
+    output.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.letters = nn.Embedding(RECALL_LETTERS, RECALL_D)
+        self.digits = nn.Embedding(RECALL_DIGITS + 1, RECALL_D)
+        self.head = SelfAttention(RECALL_D, d_k=RECALL_D_K, d_v=RECALL_D)
+        self.out = nn.Linear(RECALL_D, RECALL_DIGITS)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """tokens: (B, P + 1, 2) of (letter, digit), the query last -> logits (B, digits)."""
+        x = self.letters(tokens[..., 0]) + self.digits(tokens[..., 1])  # (B, P + 1, D)
+        out, _ = self.head(x)  # (B, P + 1, D)
+        return self.out(out[:, -1])  # (B, digits): read at the query
 
 
-def self_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor,
-                   causal: bool = False) -> tuple[Tensor, Tensor]:
-    """Task 4.4's reference: :class:`SelfAttention` with the given weights.
+#: Every name of RecallModel's state_dict and its shape.
+RECALL_SHAPES = {
+    "letters.weight": (RECALL_LETTERS, RECALL_D),
+    "digits.weight": (RECALL_DIGITS + 1, RECALL_D),
+    "head.w_q.weight": (RECALL_D_K, RECALL_D),
+    "head.w_k.weight": (RECALL_D_K, RECALL_D),
+    "head.w_v.weight": (RECALL_D, RECALL_D),
+    "out.weight": (RECALL_DIGITS, RECALL_D),
+    "out.bias": (RECALL_DIGITS,),
+}
+
+
+def recall_data(seed: int, n: int, *, answer: str = "query") -> tuple[Tensor, Tensor]:
+    """``n`` sequences of the recall task and their answers, drawn from ``seed``.
+
+    Each sequence holds :data:`RECALL_PAIRS` pairs (letter, digit) with different letters, then
+    the query (one of those letters, with the digit "?" = :data:`RECALL_DIGITS`).
 
     Args:
-        x: (B, T, D) the input vectors.
-        w_q: (Dk, D); w_k: (Dk, D); w_v: (Dv, D), nn.Linear-style weights.
-        causal: whether position t attends only to positions 0..t.
+        seed: seeds the draw.
+        n: the number of sequences.
+        answer: ``"query"``: the digit paired with the query's letter (the task);
+            ``"first"``: the first pair's digit (another task, for the tests).
 
     Returns:
-        ``(out (B, T, Dv), weights (B, T, T))``.
+        ``(tokens (n, P + 1, 2) int64, targets (n,) int64)``.
     """
-    layer = _layer(w_q, w_k, w_v, causal=causal)
+    gen = torch.Generator().manual_seed(int(seed))
+    letters = torch.rand(n, RECALL_LETTERS, generator=gen).argsort(dim=-1)[:, :RECALL_PAIRS]
+    digits = torch.randint(0, RECALL_DIGITS, (n, RECALL_PAIRS), generator=gen)
+    chosen = torch.randint(0, RECALL_PAIRS, (n, 1), generator=gen)
+    query = torch.stack([letters.gather(1, chosen), torch.full_like(chosen, RECALL_DIGITS)], -1)
+    tokens = torch.cat([torch.stack([letters, digits], dim=-1), query], dim=1)
+    which = chosen[:, 0] if answer == "query" else torch.zeros(n, dtype=torch.long)
+    return tokens, digits.gather(1, which[:, None])[:, 0]
+
+
+def _build_recall_args(args: dict) -> tuple:
+    """The student's arguments: the training sequences, their answers and a seed (never the
+    held-out seed, which :func:`coursepkg.checks.core.student_args` holds back)."""
+    tokens, targets = recall_data(int(args["seed"]), int(args["n"]))
+    return tokens, targets, int(args["seed"])
+
+
+def recall_held_out(args: dict) -> tuple[Tensor, Tensor]:
+    """The ``expected`` hook: held-out sequences drawn from the case's ``"_heldout"`` seed."""
+    return recall_data(int(args["_heldout"]), RECALL_HELD_OUT)
+
+
+def recall_accuracy(state: dict, tokens: Tensor, targets: Tensor) -> float:
+    """The accuracy of the RecallModel holding ``state`` on ``tokens``."""
+    model = with_weights(RecallModel, torch.float32, state)
     with torch.no_grad():
-        return layer(x)
+        return (model(tokens).argmax(dim=-1) == targets).float().mean().item()
 
 
-def _layer_to_plain(value: object) -> list[dict]:
-    return parts_plain(value, ("out", "weights"))
-
-
-def _layer_variants(inputs: tuple) -> list[Variant]:
-    x, w_q, w_k, w_v, causal = inputs
-    T = x.shape[1]
-    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
-    mask = causal_mask(T) if causal else None
-
-    def run(*, q: Tensor = q, k: Tensor = k, v: Tensor = v, mask: Tensor | None = mask,
-            attend: bank.Attention = scaled_dot_product_attention) -> Callable[[], tuple]:
-        return lambda: attend(q, k, v, mask)
-
-    variants: list[Variant] = []
-    if causal:
-        variants.append((HINT_CAUSAL_IGNORED, run(mask=None), ""))
-        wrong_masks = [(f"{HINT_LAYER_MASK_WRONG} {hint}", run(mask=wrong(T)), "")
-                       for hint, wrong in bank.CAUSAL_MISTAKES if hint != HINT_CAUSAL_INVERTED]
-        # An inverted causal mask and a right one used inverted give the same numbers. It comes
-        # after the diagonal mistake, which is the same for T = 1 and names what happens there.
-        wrong_masks.insert(1, (HINT_LAYER_MASK_INVERTED, run(mask=~causal_mask(T)), ""))
-        variants += wrong_masks
+def _judge_recall(got: object, expected: tuple, args: dict) -> Verdict:
+    state = state_dict_tensors(got, RECALL_SHAPES)  # a forged answer raises: "not the form"
+    tokens, targets = expected
+    model = with_weights(RecallModel, torch.float32, state)
+    with torch.no_grad():
+        logits = model(tokens)  # (N, digits)
+    accuracy = (logits.argmax(dim=-1) == targets).float().mean().item()
+    verdict = banded(accuracy, RECALL_BANDS, metric="held-out accuracy")
+    if verdict.ok:
+        return verdict
+    if verdict.fraction:
+        hint = HINT_RECALL_PARTIAL
+    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.25:
+        hint = HINT_RECALL_UNTRAINED
     else:
-        variants.append((HINT_ALWAYS_CAUSAL, run(mask=causal_mask(T)), ""))
-    variants += [
-        (HINT_WQ_WK_SWAPPED, run(q=k, k=q), ""),
-        (HINT_VALUES_NOT_PROJECTED, run(v=x), ""),
-        (HINT_WRONG_V, run(v=x @ w_k.T), ""),
-        (HINT_NOT_TRANSPOSED_W, lambda: scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v,
-                                                                     mask), ""),
-        (HINT_SCALE_D_MODEL,
-         run(attend=lambda q, k, v, m: bank.attend_by_width(q, k, v, m, x.shape[-1])), ""),
-    ]
-    for hint, wrong in bank.attention_mistakes():
-        variants.append((f"{HINT_LAYER_ATTENTION_WRONG} {hint}", run(attend=wrong), ""))
-    return variants
+        hint = HINT_RECALL_TRAIN
+    return dataclasses.replace(verdict, hint=hint)
 
 
-def _layer_shape_hint_for(inputs: tuple) -> Callable[[list, list, int], str]:
-    D = inputs[0].shape[-1]
+def train_recall(tokens: Tensor, targets: Tensor, seed: int) -> RecallModel:
+    """Task 4.4's reference: Adam on minibatches of 64 sequences, 150 steps (about 0.3 s of CPU
+    on one thread).
 
-    def hint(got: list, expected: list, k: int) -> str:
-        out_shape, weights_shape = expected
-        if got[0] == weights_shape and got[1] == out_shape:
-            return HINT_PAIR_ORDER
-        if k == 0 and got[0] == (*out_shape[:-1], D):
-            return HINT_VALUES_NOT_PROJECTED
-        if k == 1 and got[1] != weights_shape:
-            return HINT_WEIGHTS_SHAPE
-        return HINT_LAYER_SHAPE
+    Args:
+        tokens: (N, P + 1, 2) the training sequences; targets: (N,) their answers;
+        seed: seeds the initialisation and the minibatches.
 
-    return hint
+    Returns:
+        The trained :class:`RecallModel`.
+    """
+    torch.manual_seed(seed)
+    model = RecallModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    batches = torch.Generator().manual_seed(seed)
+    for _ in range(150):
+        rows = torch.randint(0, len(targets), (64,), generator=batches)
+        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
-
-_judge_layer = tensor_judge(_build_layer_args, ("out", "weights"), _layer_variants,
-                            _layer_shape_hint_for, HINT_LAYER_GENERIC, inputs_shape_hint=True)
-
-
-@dataclass(frozen=True)
-class Layer(Projections):
-    """A case of task 4.4: the sizes of task 4.1, and whether the layer is causal."""
-
-    causal: bool = False
-
-
-_LAYER_CASES = (
-    Layer(441, B=2, T=5, D=6, Dk=4, Dv=3, causal=False).case(
-        "not causal; 2 sequences of 5, D = 6, Dk = 4, Dv = 3"),
-    Layer(442, B=2, T=4, D=5, Dk=3, Dv=6, causal=True).case(
-        "causal; 2 sequences of 4, D = 5, Dk = 3, Dv = 6"),
-    Layer(443, B=4, T=4, D=4, Dk=4, Dv=4, causal=True).case(
-        "causal; every size 4 (B = T = D = Dk = Dv)"),
-)
-
-_LAYER_HIDDEN = (
-    hidden("hidden: float64, causal",
-           lambda rng: Layer(**_widths(rng), dtype="float64", causal=True)),
-    hidden("hidden: one position, causal", lambda rng: Layer(**_widths(rng, T=1), causal=True)),
-    hidden("hidden: a batch of one, not causal", lambda rng: Layer(**_widths(rng, B=1))),
-    hidden("hidden: larger sizes, causal",
-           lambda rng: Layer(**_widths(rng, large=True), causal=True)),
-)
 
 register(
     Task(
         id="4.4",
         assignment=ASSIGNMENT,
-        func_name="self_attention",
-        title="A self-attention layer's forward pass, optionally causal",
-        cases=_LAYER_CASES,
-        hidden=_LAYER_HIDDEN,
-        build_args=_build_layer_args,
-        reference=self_attention,
-        to_plain=_layer_to_plain,
-        judge=_judge_layer,
-        forbidden=_NO_ATTENTION_LIBRARIES,
+        func_name="train_recall",
+        title="Train a one-head model to recall the digit paired with a query letter",
+        cases=(Case("2,000 training sequences", 3,
+                    {"seed": 441, "n": RECALL_TRAIN, "_heldout": 9441}),),
+        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
+            "seed": draw_seed(rng), "n": RECALL_TRAIN, "_heldout": draw_seed(rng)}),),
+        build_args=_build_recall_args,
+        reference=train_recall,
+        to_plain=lambda value: state_dict_plain(value, RECALL_SHAPES),
+        judge=_judge_recall,
+        forbidden=("coursepkg.lm", "torch.nn.functional.scaled_dot_product_attention",
+                   "torch.nn.MultiheadAttention"),
         error_hints={
-            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "x is (B, T, D) and the weights (Dk, D), (Dk, D), (Dv, D), one row per output "
-            "feature like nn.Linear's, so q = x @ w_q.T is (B, T, Dk) and v = x @ w_v.T "
-            "(B, T, Dv); the mask is causal_mask(T) with T the length of x, x.shape[1].",
-            "NameError": "A name is not defined: call scaled_dot_product_attention from task "
-            "4.2 and causal_mask from task 4.3; run their cells first.",
-            "CheckError": "Return a pair (out, weights) of tensors.",
+            "CheckError": "Return the trained RecallModel (or its state_dict()), with the names "
+            "and shapes of RecallModel().state_dict().",
+            "RuntimeError": "A tensor operation failed: the sequences are (N, P + 1, 2) "
+            "integers and the answers (N,); RecallModel takes the integer sequences themselves, "
+            "(B, P + 1, 2), and returns (B, digits) logits.",
         },
+        kind="train",
+        time_limit=RECALL_TIME_LIMIT,
+        expected=recall_held_out,
     )
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Questions 4.5 to 4.7
+# --------------------------------------------------------------------------------------------
+
+#: The sequence length and the window of the counting questions.
+QUESTION_T = 12
+QUESTION_WINDOW = 4
+#: The choices of question 4.7.
+JACOBIAN_CHOICES = ("all of them", "the diagonal only", "all but the diagonal", "none of them")
+
+
+def causal_scores_key() -> int:
+    """Question 4.5's key: the allowed entries of the package's causal mask of T tokens."""
+    return int(causal_mask(QUESTION_T).sum())
+
+
+def local_scores_key() -> int:
+    """Question 4.6's key: the allowed entries of task 4.2's mask, one unpadded sequence."""
+    return int(local_mask(torch.ones(1, QUESTION_T, dtype=torch.bool), QUESTION_WINDOW).sum())
+
+
+def saturated_jacobian_key() -> str:
+    """Question 4.7's key: which entries of diag(a) - a a^T are 0 for a one-hot row a."""
+    a = F.one_hot(torch.tensor(1), 4).to(torch.float64)
+    zero = (torch.diag(a) - torch.outer(a, a)) == 0
+    off = ~torch.eye(4, dtype=torch.bool)
+    if bool(zero.all()):
+        return JACOBIAN_CHOICES[0]
+    if bool(zero.diagonal().all()) and not bool(zero[off].any()):
+        return JACOBIAN_CHOICES[1]
+    if bool(zero[off].all()):
+        return JACOBIAN_CHOICES[2]
+    return JACOBIAN_CHOICES[3]
+
+
+HINT_Q_CAUSAL = (
+    "Count the True entries of the causal mask row by row: row t allows the keys 0..t."
+)
+HINT_Q_CAUSAL_ALL = (
+    "That counts every score, the masked ones too: the causal mask hides each query's future."
+)
+HINT_Q_CAUSAL_DIAGONAL = (
+    "Almost: each query may attend to itself too, the diagonal of the mask."
+)
+HINT_Q_LOCAL = (
+    "Count row by row: query t sees the keys of its window that exist, at most W of them."
+)
+HINT_Q_LOCAL_FULL = (
+    "Near the start of the sequence a window is cut short: query t has only t + 1 keys before "
+    "it, itself included, when t + 1 < W."
+)
+HINT_Q_LOCAL_CAUSAL = (
+    "That is the count of full causal attention: the window also hides the keys more than "
+    "W - 1 positions back."
+)
+HINT_Q_JACOBIAN = (
+    "Write J = diag(a) - a a^T entry by entry for a row with one weight 1 and the others 0: a "
+    "diagonal entry is a_s (1 - a_s), an off-diagonal one -a_s a_s'."
+)
+HINT_Q_JACOBIAN_DIAGONAL = (
+    "Look at the diagonal entry of the key with weight 1: a_s (1 - a_s) with a_s = 1."
+)
+HINT_Q_JACOBIAN_NONE = (
+    "A saturated softmax is the case where the gradient vanishes: compute a_s (1 - a_s) and "
+    "-a_s a_s' for weights that are 0 or 1."
+)
+HINT_Q_JACOBIAN_OFF = (
+    "The off-diagonal entries are -a_s a_s': with one weight 1 and the others 0, what is each "
+    "product? And the diagonal ones, a_s (1 - a_s)?"
+)
+
+
+register(question(
+    "4.5", ASSIGNMENT, "causal_scores_kept",
+    f"Causal self-attention over T = {QUESTION_T} tokens: how many of its scores are not "
+    "masked?",
+    causal_scores_key, points=1, kind_of_answer="int", hint=HINT_Q_CAUSAL,
+    wrong_answers=lambda: {QUESTION_T**2: HINT_Q_CAUSAL_ALL,
+                           causal_scores_key() - QUESTION_T: HINT_Q_CAUSAL_DIAGONAL},
+))
+register(question(
+    "4.6", ASSIGNMENT, "local_scores_kept",
+    f"Local attention with a window of {QUESTION_WINDOW} over T = {QUESTION_T} tokens without "
+    "padding: how many scores does it keep?",
+    local_scores_key, points=1, kind_of_answer="int", hint=HINT_Q_LOCAL,
+    wrong_answers=lambda: {QUESTION_T * QUESTION_WINDOW: HINT_Q_LOCAL_FULL,
+                           causal_scores_key(): HINT_Q_LOCAL_CAUSAL},
+))
+register(question(
+    "4.7", ASSIGNMENT, "saturated_jacobian_zeros",
+    "A saturated row of weights (one weight 1, the others 0): which entries of the softmax's "
+    "Jacobian diag(a) - a a^T are 0?",
+    saturated_jacobian_key, points=1, kind_of_answer="choice", choices=JACOBIAN_CHOICES,
+    hint=HINT_Q_JACOBIAN,
+    wrong_answers=lambda: {JACOBIAN_CHOICES[1]: HINT_Q_JACOBIAN_DIAGONAL,
+                           JACOBIAN_CHOICES[2]: HINT_Q_JACOBIAN_OFF,
+                           JACOBIAN_CHOICES[3]: HINT_Q_JACOBIAN_NONE},
+))

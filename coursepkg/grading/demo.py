@@ -1,8 +1,18 @@
 """A demo batch of submissions for trying the grader (``make grade-demo``).
 
 The batch is built from the course's own notebooks: the solution (full marks), the untouched
-exercise (0, "not attempted"), and copies of the solution with one planted mistake each, the
-kind students make, so the gradebook shows partial credit and the feedback what it says.
+exercise (0, "not attempted"; a debug task's untouched starter code "failed"), and copies of
+the solution with one planted mistake each, the kind students make, so the gradebook shows
+partial credit and the feedback what it says.
+
+A chapter declares its planted mistakes in :data:`PLANTED`: student id -> ``(function, the
+source of a wrong implementation)``, the source replacing the solution's cell that defines the
+function. For the newer kinds of task:
+
+- a debug task left unfixed: :func:`unfixed` (the exercise's starter code for that cell);
+- a wrong answer to a question: :func:`wrong_answer` (``def f(): return <value>``);
+- a train task that trains too little: a source whose loop takes too few steps (its held-out
+  score lands in a lower band: the test's expected entry can give its exact points).
 """
 
 from __future__ import annotations
@@ -10,6 +20,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+
+#: Stands for the exercise's starter code of a debug task's function (see :func:`unfixed`).
+UNFIXED = "<the exercise's starter code>"
+
+
+def unfixed(func_name: str) -> tuple[str, str]:
+    """A planted mistake: the debug task ``func_name`` left as the exercise shows it."""
+    return func_name, UNFIXED
+
+
+def wrong_answer(func_name: str, value: object) -> tuple[str, str]:
+    """A planted mistake: the question ``func_name`` answered ``value``."""
+    return func_name, f"def {func_name}():\n    return {value!r}\n"
+
 
 # assignment -> student id -> (function, wrong implementation replacing the solution's)
 PLANTED: dict[str, dict[str, tuple[str, str]]] = {
@@ -41,98 +65,158 @@ PLANTED: dict[str, dict[str, tuple[str, str]]] = {
     return (counts.get(context + (word,), 0) + k) / (total + k)
 """,
         ),
-        "dee-log10-perplexity": (
-            "perplexity",
-            """import math
+        "dee-leaves-the-bugs": unfixed("perplexity"),
+        "eve-raw-counts-below-the-top": (
+            "kneser_ney_prob",
+            """from collections import Counter
 
 
-def perplexity(model, sentences):
-    log_sum, count = 0.0, 0
-    for sentence in sentences:
-        padded = ["<s>"] * (model.n - 1) + list(sentence) + ["</s>"]
-        for i in range(model.n - 1, len(padded)):
-            context = tuple(padded[i - model.n + 1:i])
-            log_sum += math.log10(model.prob(padded[i], context))
-            count += 1
-    return math.exp(-log_sum / count)
+def kneser_ney_prob(counts, word, context, discount):
+    n = len(next(iter(counts)))
+    p = None
+    for m in range(1, n + 1):
+        seen = Counter()  # raw counts at every order, no continuation counts
+        for gram, c in counts.items():
+            if gram[n - m:-1] == tuple(context)[len(context) - m + 1:]:
+                seen[gram[-1]] += c
+        total = sum(seen.values())
+        if m == 1:
+            p = seen[word] / total
+        elif total:
+            p = max(seen[word] - discount, 0) / total + discount * len(seen) / total * p
+    return p
+""",
+        ),
+        "fay-witten-bell-backs-off": (
+            "witten_bell_prob",
+            """from collections import Counter
+
+
+def witten_bell_prob(counts, word, context):
+    n = len(next(iter(counts)))
+    p = None
+    for m in range(1, n + 1):
+        seen = Counter()
+        for gram, c in counts.items():
+            if gram[n - m:-1] == tuple(context)[len(context) - m + 1:]:
+                seen[gram[-1]] += c
+        total, types = sum(seen.values()), len(seen)
+        if m == 1:
+            p = seen[word] / total
+        elif total:  # backs off: a seen word gets nothing from the lower order
+            p = seen[word] / (total + types) if seen[word] else types * p / (total + types)
+    return p
+""",
+        ),
+        "gus-counts-repeated-bigrams": wrong_answer("distinct_bigrams", 12),
+        "hal-trains-too-briefly": (
+            "train_bigram",
+            """import torch
+from torch import nn
+
+
+def train_bigram(x, vocab_size, seed):
+    torch.manual_seed(seed)
+    table = nn.Embedding(vocab_size, vocab_size)
+    optimizer = torch.optim.Adam(table.parameters(), lr=0.5)
+    for step in range(8):  # far too few steps
+        loss = nn.functional.cross_entropy(table(x[:, :-1].flatten()), x[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return table
 """,
         ),
     },
     "02_rnn": {
-        # A wrong step also costs task 2.2, whose loop calls it: the feedback says so.
-        "ada-forgets-the-bias": (
-            "elman_step",
-            """def elman_step(x_t, h_prev, weight_ih, weight_hh, bias_ih, bias_hh):
-    return torch.tanh(x_t @ weight_ih.T + h_prev @ weight_hh.T)  # no bias_ih, no bias_hh
+        "ada-transposes-the-jacobian": (
+            "bptt_gradients",
+            """def bptt_gradients(states, weight_hh, grad_last):
+    grads = [grad_last]
+    for t in range(states.shape[1] - 1, 0, -1):
+        grads.insert(0, (grads[0] * (1 - states[:, t] ** 2)) @ weight_hh.T)  # transposed
+    return torch.stack(grads, dim=1)
 """,
         ),
-        "ben-feeds-h0-every-step": (
-            "run_rnn",
-            """def run_rnn(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
-    states = []
+        "ben-resets-before-the-product": (
+            "gru_layer",
+            """def gru_layer(x, h0, weight_ih, weight_hh, bias_ih, bias_hh):
+    Hs = h0.shape[1]
+    h, states = h0, []
     for t in range(x.shape[1]):
-        h = elman_step(x[:, t], h0, weight_ih, weight_hh, bias_ih, bias_hh)  # always h0
+        a_r, a_z, a_n = (x[:, t] @ weight_ih.T + bias_ih).chunk(3, dim=-1)
+        b_r, b_z, _ = (h @ weight_hh.T + bias_hh).chunk(3, dim=-1)
+        r, z = torch.sigmoid(a_r + b_r), torch.sigmoid(a_z + b_z)
+        n = torch.tanh(a_n + (r * h) @ weight_hh[2 * Hs:].T + bias_hh[2 * Hs:])  # Cho's GRU
+        h = (1 - z) * n + z * h
         states.append(h)
     return torch.stack(states, dim=1), h
 """,
         ),
-        "cy-textbook-gate-order": (
-            "lstm_step",
-            """def lstm_step(x_t, state, weight_ih, weight_hh, bias_ih, bias_hh):
-    h_prev, c_prev = state
-    pre = x_t @ weight_ih.T + bias_ih + h_prev @ weight_hh.T + bias_hh
-    i, f, o, g = pre.chunk(4, dim=-1)  # the textbook's order, not torch's i, f, g, o
-    c_t = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(c_t), c_t
+        # Trains too little: a held-out accuracy far below the target (a low band or none).
+        "cy-trains-ten-steps": (
+            "train_ab_acceptor",
+            """def train_ab_acceptor(x, y, seed):
+    torch.manual_seed(seed)
+    model = ABAcceptor()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    for _ in range(10):  # far too few steps
+        loss = F.cross_entropy(model(x[:64]), y[:64])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
 """,
         ),
-        "dee-pools-the-padding": (
-            "pool_outputs",
-            """def pool_outputs(out, lengths, how):
-    if how == "last":
-        return out[:, -1]  # position T - 1, padding or not
-    if how == "mean":
-        return out.mean(dim=1)  # padding included
-    return out.amax(dim=1)  # padding included
-""",
-        ),
+        "dee-leaves-the-bugs": unfixed("train_tbptt"),
+        "eve-counts-one-bias": wrong_answer("lstm_parameter_count", 5504),
     },
     "03_attention": {
-        "ada-softmax-over-the-batch": (
-            "attention_weights",
-            """def attention_weights(query, keys, scale):
-    scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1)
-    return torch.softmax(scores, dim=0)  # over the batch, not over the keys
+        "ada-masks-with-zero": (
+            "general_attention",
+            """def general_attention(query, keys, values, mask, w):
+    scores = ((keys @ w.T) @ query.unsqueeze(-1)).squeeze(-1)
+    weights = torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)  # 0 is not -inf
+    return (weights.unsqueeze(1) @ values).squeeze(1), weights
 """,
         ),
-        # A wrong masked_attention also costs task 3.4, whose step calls it: the feedback says so.
-        "ben-masks-after-the-softmax": (
-            "masked_attention",
-            """def masked_attention(query, keys, values, mask, scale):
-    scores = scale * (keys @ query.unsqueeze(-1)).squeeze(-1)
-    weights = torch.softmax(scores, dim=-1) * mask  # masked afterwards, not renormalised
-    context = (weights.unsqueeze(1) @ values).squeeze(1)
-    return context, weights
+        "ben-pools-the-hidden-vectors": (
+            "attention_pool",
+            """def attention_pool(states, mask, w, b, u):
+    hidden = torch.tanh(states @ w.T + b)
+    weights = torch.softmax((hidden @ u).masked_fill(~mask, float("-inf")), dim=-1)
+    return (weights.unsqueeze(1) @ hidden).squeeze(1), weights  # the u_s, not the states
 """,
         ),
-        "cy-forgets-tanh": (
-            "additive_scores",
-            """def additive_scores(query, keys, w_q, w_k, v, bias):
-    hidden = (query @ w_q.T).unsqueeze(1) + keys @ w_k.T + bias
-    return hidden @ v  # no tanh
+        "cy-leaves-the-bugs": unfixed("padded_attention"),
+        "dee-fixes-two-bugs": (
+            "padded_attention",
+            """def padded_attention(query, keys, values, lengths):
+    S = keys.shape[1]
+    mask = torch.arange(S)[None, :] <= lengths[:, None]  # still one padding position in
+    scores = (keys @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(query.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights.unsqueeze(1) @ values).squeeze(1), weights
 """,
         ),
-        "dee-forgets-the-context": (
-            "decoder_step",
-            """def decoder_step(embedding, state, encoder_states, mask, key_proj, lstm_params):
-    h_prev, _ = state
-    keys = encoder_states @ key_proj.T
-    context, weights = masked_attention(h_prev, keys, encoder_states, mask,
-                                        h_prev.shape[-1] ** -0.5)
-    h_t, c_t = lstm_step(embedding, state, *lstm_params)  # the context is not fed
-    return h_t, c_t, context, weights
+        # Trains too little: its held-out accuracy lands in a lower band.
+        "eve-trains-too-little": (
+            "train_marker",
+            """def train_marker(tokens, targets, seed):
+    torch.manual_seed(seed)
+    model = MarkerModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
+    for step in range(6):  # far too few steps
+        rows = torch.randint(0, len(targets), (64,))
+        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
 """,
         ),
+        "fay-counts-the-real-positions": wrong_answer("decoder_weights_count", 11 * (8 + 21)),
     },
     "04_self_attention": {
         "ada-forgets-sqrt-dk": (
@@ -142,41 +226,58 @@ def perplexity(model, sentences):
     return q, k, v, q @ k.transpose(-2, -1)  # not divided by sqrt(d_k)
 """,
         ),
-        # A wrong attention also costs task 4.4, whose layer calls it: the feedback says so.
-        "ben-softmax-over-the-queries": (
-            "scaled_dot_product_attention",
-            """def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-2)  # over the queries, not the keys
-    return weights @ v, weights
+        "ben-empty-padding-rows": (
+            "local_mask",
+            """def local_mask(keep, window):
+    T = keep.shape[1]
+    t, s = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    inside = (s <= t) & (s > t - window)
+    return inside & keep[:, None, :] & keep[:, :, None]  # padding queries see nothing
 """,
         ),
-        # A wrong causal mask also costs the causal cases of task 4.4.
-        "cy-hides-the-diagonal": (
-            "causal_mask",
-            """def causal_mask(T):
-    return torch.ones(T, T, dtype=torch.bool).tril(-1)  # strictly below: no token sees itself
-""",
-        ),
-        "dee-minus-1e9": (
-            "scaled_dot_product_attention",
-            """def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, -1e9)  # a large number, not -inf
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-""",
-        ),
-        "eve-ignores-causal": (
-            "self_attention",
-            """def self_attention(x, w_q, w_k, w_v, causal=False):
+        "cy-leaves-the-bugs": unfixed("causal_self_attention"),
+        "dee-fixes-three-bugs": (
+            "causal_self_attention",
+            """def causal_self_attention(x, w_q, w_k, w_v):
+    T = x.shape[1]
     q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
-    return scaled_dot_product_attention(q, k, v)  # causal is never used
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # the mask still leaks the next token
+    return weights @ v, weights
 """,
         ),
+        # Trains too little: its held-out accuracy lands in a lower band.
+        "eve-trains-too-little": (
+            "train_recall",
+            """def train_recall(tokens, targets, seed):
+    torch.manual_seed(seed)
+    model = RecallModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(20):  # far too few steps
+        rows = torch.randint(0, len(targets), (64,))
+        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+""",
+        ),
+        "fay-forgets-zero-grad": (
+            "train_recall",
+            """def train_recall(tokens, targets, seed):
+    torch.manual_seed(seed)
+    model = RecallModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(200):
+        rows = torch.randint(0, len(targets), (64,))
+        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
+        loss.backward()  # the gradients add up from step to step
+        optimizer.step()
+    return model
+""",
+        ),
+        "gus-counts-every-score": wrong_answer("causal_scores_kept", 144),
     },
     "05_multihead": {
         # A wrong split or merge also costs task 5.3, whose layer calls them: the feedback says so.
@@ -323,19 +424,35 @@ def perplexity(model, sentences):
     return norm2(x + ff(x))
 """,
         ),
-        "dee-keys-from-the-decoder": (
-            "decoder_block",
-            """def decoder_block(x, memory, self_attn, cross_attn, ff, norm1, norm2, norm3,
-                  memory_mask=None):
-    T = x.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    h = norm1(x)
-    x = x + self_attn(h, h, h, causal)[0]
-    h = norm2(x)
-    x = x + cross_attn(h, h, memory, memory_mask)[0]  # keys from the decoder
-    return x + ff(norm3(x))
+        "dee-leaves-the-bugs": unfixed("encoder_block"),
+        "gus-forgets-the-scale": (
+            "attention_step",
+            """def attention_step(x_t, w_q, w_k, w_v, cache_k, cache_v):
+    keys = torch.cat([cache_k, (x_t @ w_k.T)[:, None]], dim=1)
+    values = torch.cat([cache_v, (x_t @ w_v.T)[:, None]], dim=1)
+    scores = torch.einsum("bd,bpd->bp", x_t @ w_q.T, keys)  # never divided by sqrt(d_k)
+    return torch.einsum("bp,bpd->bd", torch.softmax(scores, dim=-1), values), keys, values
 """,
         ),
+        "hal-predicts-the-input": (
+            "train_transformer_lm",
+            """def train_transformer_lm(train_ids, config, seed):
+    torch.manual_seed(seed)
+    model = TransformerLM(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    T = config.block_size
+    for _ in range(40):
+        starts = torch.randint(len(train_ids) - T, (16,)).tolist()
+        x = torch.stack([train_ids[s:s + T] for s in starts])
+        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())  # targets not shifted
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+""",
+        ),
+        "ivy-counts-no-biases": wrong_answer("capstone_parameters", 63360),
+        "jo-answers-in-bits": wrong_answer("uniform_nats", 6.392317422778761),
         "eve-forgets-to-crop": (
             "sample",
             """def sample(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None,
@@ -376,6 +493,14 @@ def perplexity(model, sentences):
 }
 
 
+def _defining_cell(nb: nbformat.NotebookNode, func_name: str) -> str:
+    """The source of the code cell that defines ``func_name``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and f"def {func_name}(" in cell.source:
+            return cell.source
+    raise ValueError(f"no code cell defines {func_name}() in the exercise notebook")
+
+
 def _replace_function(nb: nbformat.NotebookNode, func_name: str, source: str) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code" and f"def {func_name}(" in cell.source:
@@ -404,6 +529,8 @@ def write_demo(assignment: str, course_root: Path, folder: Path) -> list[Path]:
         written.append(target)
     for student, (func_name, wrong) in PLANTED[assignment].items():
         nb = nbformat.read(solution, as_version=4)
+        if wrong == UNFIXED:
+            wrong = _defining_cell(nbformat.read(exercise, as_version=4), func_name)
         _replace_function(nb, func_name, wrong)
         target = folder / f"{student}.ipynb"
         nbformat.write(nb, target)
