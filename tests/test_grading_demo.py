@@ -307,8 +307,8 @@ EXPECTED_07 = {
     "dee-leaves-the-bugs": ({"encoder_block"}, ["sublayer is not"]),
     "gus-forgets-the-scale": ({"attention_step"}, ["Scale the scores by 1 / sqrt(d_k)"]),
     "hal-predicts-the-input": ({"train_transformer_lm"}, ["worse than a uniform guess"]),
-    "ivy-counts-no-biases": ({"capstone_parameters"}, ["Or ask the model itself"]),
-    "jo-answers-in-bits": ({"uniform_nats"}, ["the size of the tokenizer's vocabulary"]),
+    "ivy-counts-no-biases": ({"capstone_parameters"}, ["the biases are missing"]),
+    "jo-answers-in-bits": ({"uniform_nats"}, ["That is in bits"]),
     "eve-forgets-to-crop": (
         {"sample"}, ["raised ValueError", "Crop the context to the last block_size tokens"]
     ),
