@@ -127,9 +127,14 @@ def gradescope_json(record: dict) -> str:
 
 
 def _time(case: dict) -> str:
-    """`` (3.2 s)``: the time a case of a task with a time limit took, else ""."""
+    """`` (3.2 s)``: the time a case of a task with a time limit took, else "".
+
+    Not for a case the student did not attempt: its time is the child's start-up, a
+    measurement that says nothing and would make two gradings of the same folder differ."""
     seconds = case.get("seconds")
-    return f" ({seconds:.1f} s)" if type(seconds) in (int, float) else ""
+    if type(seconds) not in (int, float) or case["status"] == "not attempted":
+        return ""
+    return f" ({seconds:.1f} s)"
 
 
 def feedback_md(found: Found, record: dict) -> str:
