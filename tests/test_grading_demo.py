@@ -1,5 +1,6 @@
 """`make grade-demo`: the generated batch grades as an instructor would expect."""
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -8,7 +9,9 @@ from checks_support import TEST_SECRET
 
 from coursepkg.checks import tasks_for
 from coursepkg.grading.demo import PLANTED, unfixed, write_demo, wrong_answer
+from coursepkg.grading.graded import read_graded
 from coursepkg.grading.grader import grade
+from coursepkg.grading.report import build_report
 from coursepkg.grading.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -403,6 +406,15 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     assert f"ed-untouched,ed-untouched.ipynb,{zeros},0,{total},{overall}" in gradebook
     full = ",".join(f"{m:g}" for m in maxima)
     assert f"sol-full-marks,sol-full-marks.ipynb,{full},{total},{total},passed" in gradebook
+    # a capstone's scores reach Gradescope's leaderboard and the class report
+    boards = [f"Task {t.id} {t.leaderboard[0]}" for t in tasks if t.leaderboard is not None]
+    results = tmp_path / "out" / "results"
+    solved = json.loads((results / "sol-full-marks.json").read_text())
+    assert [entry["name"] for entry in solved.get("leaderboard", [])] == boards
+    assert "leaderboard" not in json.loads((results / "ed-untouched.json").read_text())
+    if boards:
+        page = build_report(read_graded(tmp_path / "out"))
+        assert "<h2>Leaderboard</h2>" in page and "sol-full-marks" in page.split("Leaderboard")[1]
     for student, (costs, words, *scores) in expected.items():
         points = scores[0] if scores else {}  # func_name -> the points it must get exactly
         for task in records[student]["tasks"]:

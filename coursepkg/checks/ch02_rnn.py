@@ -48,8 +48,6 @@ from coursepkg.checks.core import (
     CheckError,
     HiddenCase,
     Task,
-    Verdict,
-    banded,
     draw_seed,
     draw_sizes,
     hidden,
@@ -62,13 +60,14 @@ from coursepkg.checks.tensors import (
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
     cell_parameters,
+    classifier_accuracy,
+    classifier_advice,
     generator,
     normal,
     parts_plain,
-    state_dict_plain,
-    state_dict_tensors,
     tensor_judge,
     tensor_plain,
+    train_task,
     with_weights,
 )
 
@@ -640,26 +639,6 @@ def ab_held_out(args: dict) -> tuple[Tensor, Tensor]:
     return ab_strings(int(args["_heldout"]), AB_HELD_OUT)
 
 
-def ab_accuracy(state: Mapping[str, Tensor], x: Tensor, y: Tensor) -> float:
-    """The held-out accuracy of the ABAcceptor holding ``state``."""
-    model = with_weights(ABAcceptor, torch.float32, state)
-    with torch.no_grad():
-        return (model(x).argmax(dim=-1) == y).float().mean().item()
-
-
-def _judge_ab(got: object, expected: tuple, args: dict) -> Verdict:
-    state = state_dict_tensors(got, AB_SHAPES)  # a forged answer raises: "not the form"
-    verdict = banded(ab_accuracy(state, *expected), AB_BANDS, metric="held-out accuracy")
-    if verdict.ok:
-        return verdict
-    hint = HINT_AB_PARTIAL if verdict.fraction else HINT_AB_FAR
-    return Verdict(False, hint, verdict.detail, verdict.fraction)
-
-
-def _ab_to_plain(value: object) -> dict:
-    return state_dict_plain(value, AB_SHAPES)
-
-
 def train_ab_acceptor(x: Tensor, y: Tensor, seed: int) -> ABAcceptor:
     """Task 2.3's reference: the forget gates' bias raised by 1 (the chapter's trick), then
     Adam on minibatches of 64 strings drawn from the training set, 200 steps (about 1.5 s of
@@ -689,19 +668,24 @@ def train_ab_acceptor(x: Tensor, y: Tensor, seed: int) -> ABAcceptor:
 
 
 register(
-    Task(
-        id="2.3",
-        assignment=ASSIGNMENT,
-        func_name="train_ab_acceptor",
-        title="Train an LSTM acceptor on the A/B task at length 20 within a time budget",
+    train_task(
+        "2.3",
+        ASSIGNMENT,
+        "train_ab_acceptor",
+        "Train an LSTM acceptor on the A/B task at length 20 within a time budget",
         cases=(Case("1,024 training strings of length 20", 3,
                     {"seed": 231, "n": AB_TRAIN, "_heldout": 9231}),),
         hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
             "seed": draw_seed(rng), "n": AB_TRAIN, "_heldout": draw_seed(rng)}),),
         build_args=_build_ab_args,
         reference=train_ab_acceptor,
-        to_plain=_ab_to_plain,
-        judge=_judge_ab,
+        model=ABAcceptor,
+        held_out=ab_held_out,
+        score=classifier_accuracy,
+        bands=AB_BANDS,
+        time_limit=AB_TIME_LIMIT,
+        metric="held-out accuracy",
+        advise=classifier_advice(HINT_AB_PARTIAL, HINT_AB_FAR),
         forbidden=("coursepkg.lm",),
         error_hints={
             "CheckError": "Return the trained ABAcceptor (or its state_dict()), with the "
@@ -709,9 +693,6 @@ register(
             "RuntimeError": "A tensor operation failed: the strings x are (N, T) integers, "
             "the labels y (N,); ABAcceptor takes the integer strings themselves, (B, T).",
         },
-        kind="train",
-        time_limit=AB_TIME_LIMIT,
-        expected=ab_held_out,
     )
 )
 

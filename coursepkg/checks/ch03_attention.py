@@ -71,7 +71,6 @@ from coursepkg.checks.core import (
     HiddenCase,
     Task,
     Verdict,
-    banded,
     draw_seed,
     draw_sizes,
     hidden,
@@ -83,13 +82,13 @@ from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
+    classifier_accuracy,
+    classifier_advice,
     generator,
     normal,
     parts_plain,
-    state_dict_plain,
-    state_dict_tensors,
     tensor_judge,
-    with_weights,
+    train_task,
 )
 
 __all__ = [
@@ -870,33 +869,6 @@ def marker_held_out(args: dict) -> tuple[Tensor, Tensor]:
     return marker_data(int(args["_heldout"]), MARKER_HELD_OUT)
 
 
-def marker_accuracy(state: dict, tokens: Tensor, targets: Tensor) -> float:
-    """The accuracy of the MarkerModel holding ``state`` on ``tokens``."""
-    model = with_weights(MarkerModel, torch.float32, state)
-    with torch.no_grad():
-        return (model(tokens).argmax(dim=-1) == targets).float().mean().item()
-
-
-def _judge_marker(got: object, expected: tuple, args: dict) -> Verdict:
-    state = state_dict_tensors(got, MARKER_SHAPES)  # a forged answer raises: "not the form"
-    tokens, targets = expected
-    model = with_weights(MarkerModel, torch.float32, state)
-    with torch.no_grad():
-        logits = model(tokens)  # (N, K)
-    guesses = logits.argmax(dim=-1)
-    accuracy = (guesses == targets).float().mean().item()
-    verdict = banded(accuracy, MARKER_BANDS, metric="held-out accuracy")
-    if verdict.ok:
-        return verdict
-    if verdict.fraction:
-        hint = HINT_MARKER_PARTIAL
-    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.3:
-        hint = HINT_MARKER_UNTRAINED
-    else:
-        hint = HINT_MARKER_TRAIN
-    return dataclasses.replace(verdict, hint=hint)
-
-
 def train_marker(tokens: Tensor, targets: Tensor, seed: int) -> MarkerModel:
     """Task 3.4's reference: Adam on minibatches of 64 sequences, 150 steps (a few tenths of a
     second of CPU on one thread).
@@ -922,19 +894,25 @@ def train_marker(tokens: Tensor, targets: Tensor, seed: int) -> MarkerModel:
 
 
 register(
-    Task(
-        id="3.4",
-        assignment=ASSIGNMENT,
-        func_name="train_marker",
-        title="Train an attention-pooling classifier to name the marked token's symbol",
+    train_task(
+        "3.4",
+        ASSIGNMENT,
+        "train_marker",
+        "Train an attention-pooling classifier to name the marked token's symbol",
         cases=(Case("2,000 training sequences", 3,
                     {"seed": 341, "n": MARKER_TRAIN, "_heldout": 9341}),),
         hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
             "seed": draw_seed(rng), "n": MARKER_TRAIN, "_heldout": draw_seed(rng)}),),
         build_args=_build_marker_args,
         reference=train_marker,
-        to_plain=lambda value: state_dict_plain(value, MARKER_SHAPES),
-        judge=_judge_marker,
+        model=MarkerModel,
+        held_out=marker_held_out,
+        score=classifier_accuracy,
+        bands=MARKER_BANDS,
+        time_limit=MARKER_TIME_LIMIT,
+        metric="held-out accuracy",
+        advise=classifier_advice(HINT_MARKER_PARTIAL, HINT_MARKER_TRAIN,
+                                 untrained=(0.3, HINT_MARKER_UNTRAINED)),
         forbidden=("coursepkg.attention", "torch.nn.functional.scaled_dot_product_attention",
                    "torch.nn.MultiheadAttention"),
         error_hints={
@@ -944,9 +922,6 @@ register(
             "the answers (N,); MarkerModel takes the integer sequences themselves, (B, S), and "
             "returns (B, K) logits.",
         },
-        kind="train",
-        time_limit=MARKER_TIME_LIMIT,
-        expected=marker_held_out,
     )
 )
 

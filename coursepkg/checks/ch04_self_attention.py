@@ -39,7 +39,6 @@ Dv value width, W the window.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -73,7 +72,6 @@ from coursepkg.checks.core import (
     HiddenCase,
     Task,
     Verdict,
-    banded,
     draw_seed,
     draw_sizes,
     hidden,
@@ -85,13 +83,14 @@ from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
+    classifier_accuracy,
+    classifier_advice,
     decode,
     generator,
     normal,
     parts_plain,
-    state_dict_plain,
-    state_dict_tensors,
     tensor_judge,
+    train_task,
     with_weights,
 )
 from coursepkg.self_attention import SelfAttention, causal_mask
@@ -905,32 +904,6 @@ def recall_held_out(args: dict) -> tuple[Tensor, Tensor]:
     return recall_data(int(args["_heldout"]), RECALL_HELD_OUT)
 
 
-def recall_accuracy(state: dict, tokens: Tensor, targets: Tensor) -> float:
-    """The accuracy of the RecallModel holding ``state`` on ``tokens``."""
-    model = with_weights(RecallModel, torch.float32, state)
-    with torch.no_grad():
-        return (model(tokens).argmax(dim=-1) == targets).float().mean().item()
-
-
-def _judge_recall(got: object, expected: tuple, args: dict) -> Verdict:
-    state = state_dict_tensors(got, RECALL_SHAPES)  # a forged answer raises: "not the form"
-    tokens, targets = expected
-    model = with_weights(RecallModel, torch.float32, state)
-    with torch.no_grad():
-        logits = model(tokens)  # (N, digits)
-    accuracy = (logits.argmax(dim=-1) == targets).float().mean().item()
-    verdict = banded(accuracy, RECALL_BANDS, metric="held-out accuracy")
-    if verdict.ok:
-        return verdict
-    if verdict.fraction:
-        hint = HINT_RECALL_PARTIAL
-    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.25:
-        hint = HINT_RECALL_UNTRAINED
-    else:
-        hint = HINT_RECALL_TRAIN
-    return dataclasses.replace(verdict, hint=hint)
-
-
 def train_recall(tokens: Tensor, targets: Tensor, seed: int) -> RecallModel:
     """Task 4.4's reference: Adam on minibatches of 64 sequences, 150 steps (about 0.3 s of CPU
     on one thread).
@@ -956,19 +929,25 @@ def train_recall(tokens: Tensor, targets: Tensor, seed: int) -> RecallModel:
 
 
 register(
-    Task(
-        id="4.4",
-        assignment=ASSIGNMENT,
-        func_name="train_recall",
-        title="Train a one-head model to recall the digit paired with a query letter",
+    train_task(
+        "4.4",
+        ASSIGNMENT,
+        "train_recall",
+        "Train a one-head model to recall the digit paired with a query letter",
         cases=(Case("2,000 training sequences", 3,
                     {"seed": 441, "n": RECALL_TRAIN, "_heldout": 9441}),),
         hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
             "seed": draw_seed(rng), "n": RECALL_TRAIN, "_heldout": draw_seed(rng)}),),
         build_args=_build_recall_args,
         reference=train_recall,
-        to_plain=lambda value: state_dict_plain(value, RECALL_SHAPES),
-        judge=_judge_recall,
+        model=RecallModel,
+        held_out=recall_held_out,
+        score=classifier_accuracy,
+        bands=RECALL_BANDS,
+        time_limit=RECALL_TIME_LIMIT,
+        metric="held-out accuracy",
+        advise=classifier_advice(HINT_RECALL_PARTIAL, HINT_RECALL_TRAIN,
+                                 untrained=(0.25, HINT_RECALL_UNTRAINED)),
         forbidden=("coursepkg.lm", "torch.nn.functional.scaled_dot_product_attention",
                    "torch.nn.MultiheadAttention"),
         error_hints={
@@ -978,9 +957,6 @@ register(
             "integers and the answers (N,); RecallModel takes the integer sequences themselves, "
             "(B, P + 1, 2), and returns (B, digits) logits.",
         },
-        kind="train",
-        time_limit=RECALL_TIME_LIMIT,
-        expected=recall_held_out,
     )
 )
 

@@ -84,7 +84,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from coursepkg.checks.forbidden import Tripwire, forbidden_message
@@ -275,12 +275,15 @@ class Verdict:
         fraction: Partial credit for an answer that is not right (``ok=False``): the share of
             the case's points it earns, from 0 to below 1 (None: 0). :func:`banded` makes it
             from a score and thresholds. A right answer always earns 1.
+        score: The measure a train task's judge scored (held-out accuracy, nats per char...),
+            set by :func:`banded`; a task with a :attr:`Task.leaderboard` ranks students by it.
     """
 
     ok: bool
     hint: str = ""
     detail: str = ""
     fraction: float | None = None
+    score: float | None = None
 
     def __post_init__(self) -> None:
         if self.fraction is None:
@@ -328,11 +331,13 @@ def banded(score: float, bands: Sequence[tuple[float, float]], *, metric: str = 
     for threshold, fraction in bands:
         if better(score, threshold):
             if fraction >= 1:
-                return Verdict(True)
+                return Verdict(True, score=float(score))
             return Verdict(False, hint or f"Partial credit: the {metric} is short of the target "
-                           f"{word} {bands[0][0]:g}; train longer or better.", detail, fraction)
+                           f"{word} {bands[0][0]:g}; train longer or better.", detail, fraction,
+                           score=float(score))
     return Verdict(False, hint or f"The {metric} is far from the target {word} {bands[0][0]:g}: "
-                   "is the model trained on the data it was given?", detail, 0.0)
+                   "is the model trained on the data it was given?", detail, 0.0,
+                   score=float(score))
 
 
 @dataclass(frozen=True)
@@ -376,6 +381,10 @@ class Task:
             grader's notes say when they stay readable.
         warm: A zero-argument function the grader's fork server calls once before it forks
             (it loads and caches what ``build_args`` needs from :attr:`private_files`).
+        leaderboard: ``(metric, lower_is_better)`` for a task whose scores the class report
+            ranks (a capstone): each submission's entry is the mean of the judge's
+            :attr:`Verdict.score` over the task's cases (Gradescope's ``leaderboard``); None:
+            no leaderboard.
     """
 
     id: str
@@ -395,6 +404,7 @@ class Task:
     expected: Callable[[dict], object] | None = None
     private_files: tuple[str, ...] = ()
     warm: Callable[[], None] | None = None
+    leaderboard: tuple[str, bool] | None = None
 
     @property
     def public_cases(self) -> tuple[Case, ...]:
@@ -421,6 +431,7 @@ class CaseResult:
         message: One line of feedback ("" when passed). For hidden cases it holds only hints.
         hidden: Whether the case is hidden.
         seconds: How long the case took, measured for tasks with a ``time_limit`` (else None).
+        score: The judge's measure of the answer (:attr:`Verdict.score`), or None.
     """
 
     name: str
@@ -430,6 +441,7 @@ class CaseResult:
     message: str
     hidden: bool
     seconds: float | None = None
+    score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -964,10 +976,15 @@ def grade_output(task: Task, case: Case, plain: object) -> CaseResult:
         verdict = Verdict(False, "The returned value does not have the expected form.")
     credit = verdict.credit
     if credit >= 1:
-        return _result(case, "passed", "")
-    hint = verdict.hint or "The result is not the expected one: re-read the task's definition."
-    status = "partial" if credit > 0 else "failed"
-    return _result(case, status, hint if case.hidden else _join(hint, verdict.detail), credit)
+        result = _result(case, "passed", "")
+    else:
+        hint = verdict.hint or "The result is not the expected one: re-read the task's definition."
+        status = "partial" if credit > 0 else "failed"
+        result = _result(case, status, hint if case.hidden else _join(hint, verdict.detail),
+                         credit)
+    if type(verdict.score) in (int, float) and math.isfinite(verdict.score):
+        result = replace(result, score=float(verdict.score))
+    return result
 
 
 def exception_name(exc: BaseException) -> str:
@@ -1094,8 +1111,7 @@ def _timed(task: Task, result: CaseResult, seconds: float) -> CaseResult:
     """``result`` with its time recorded when the task has a time limit."""
     if task.time_limit is None:
         return result
-    return CaseResult(result.name, result.points, result.max_points, result.status,
-                      result.message, result.hidden, round(seconds, 3))
+    return replace(result, seconds=round(seconds, 3))
 
 
 def tripwire_for(task: Task) -> Tripwire:

@@ -25,6 +25,7 @@ makes a task's judge of it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -43,9 +44,12 @@ __all__ = [
     "ShapeHint",
     "Variant",
     "cell_parameters",
+    "classifier_accuracy",
+    "classifier_advice",
     "decode",
     "difference",
     "generator",
+    "held_out_accuracy",
     "judge_parts",
     "matches",
     "normal",
@@ -296,6 +300,8 @@ def train_task(
     error_hints: Mapping[str, str] | None = None,
     private_files: tuple[str, ...] = (),
     warm: Callable[[], None] | None = None,
+    advise: Callable[[nn.Module, object, Verdict], str] | None = None,
+    leaderboard: bool = False,
 ) -> Task:
     """A train task (kind ``"train"``), to ``register`` like any task.
 
@@ -318,6 +324,11 @@ def train_task(
         bands: ``(threshold, fraction)`` pairs, best first, the first worth 1.0.
         time_limit: seconds per case (see :attr:`~coursepkg.checks.core.Task.time_limit`).
         metric, higher_is_better, hint: as in :func:`~coursepkg.checks.core.banded`.
+        advise: ``advise(module, data, verdict) -> hint``, for a result short of full marks:
+            a hint chosen by what the model does (:func:`classifier_advice`); it replaces
+            ``hint``.
+        leaderboard: rank the class by this task's ``metric`` in the report (a capstone; see
+            :attr:`~coursepkg.checks.core.Task.leaderboard`).
     """
     with torch.random.fork_rng(devices=[]):
         shapes = {name: tuple(t.shape) for name, t in model().state_dict().items()}
@@ -326,8 +337,11 @@ def train_task(
         module = with_weights(model, torch.float32, state_dict_tensors(got, shapes))
         with torch.no_grad():
             value = score(module, expected)
-        return banded(float(value), bands, metric=metric, higher_is_better=higher_is_better,
-                      hint=hint)
+            verdict = banded(float(value), bands, metric=metric,
+                             higher_is_better=higher_is_better, hint=hint)
+            if verdict.ok or advise is None:
+                return verdict
+            return dataclasses.replace(verdict, hint=advise(module, expected, verdict))
 
     return Task(
         id=id, assignment=assignment, func_name=func_name, title=title, cases=cases,
@@ -335,7 +349,48 @@ def train_task(
         to_plain=lambda value: state_dict_plain(value, shapes), judge=judge,
         forbidden=forbidden, error_hints=dict(error_hints or {}), hidden=hidden, kind="train",
         time_limit=time_limit, expected=held_out, private_files=private_files, warm=warm,
+        leaderboard=(metric, not higher_is_better) if leaderboard else None,
     )
+
+
+def classifier_accuracy(module: nn.Module, data: tuple[Tensor, Tensor]) -> float:
+    """A train task's ``score`` for a classifier: the share of ``data = (inputs, targets)``
+    whose most likely class under ``module(inputs)`` (logits ``(N, C)``) is the target."""
+    inputs, targets = data
+    return (module(inputs).argmax(dim=-1) == targets).float().mean().item()
+
+
+def held_out_accuracy(build: Callable[[], nn.Module], state: Mapping[str, Tensor],
+                      inputs: Tensor, targets: Tensor) -> float:
+    """:func:`classifier_accuracy` of the model ``build()`` holding the weights ``state`` (float32,
+    eval mode, no gradients): what the grader measures for a classifier's train task."""
+    module = with_weights(build, torch.float32, state)
+    with torch.no_grad():
+        return classifier_accuracy(module, (inputs, targets))
+
+
+def classifier_advice(partial: str, far: str, *, untrained: tuple[float, str] | None = None
+                      ) -> Callable[[nn.Module, tuple[Tensor, Tensor], Verdict], str]:
+    """A train task's ``advise`` hook for a classifier (see :func:`train_task`).
+
+    Args:
+        partial: the hint for a result that earns part of the points (train longer, better).
+        far: the hint for a result that earns nothing.
+        untrained: ``(confidence, hint)``: for a result that earns nothing, ``hint`` when the
+            model's mean top probability on the held-out inputs is below ``confidence`` (it
+            hardly left its initialisation, or predicts at random), else ``far``.
+    """
+
+    def advise(module: nn.Module, data: tuple[Tensor, Tensor], verdict: Verdict) -> str:
+        if verdict.fraction:
+            return partial
+        if untrained is not None:
+            threshold, hint = untrained
+            if module(data[0]).softmax(dim=-1).amax(dim=-1).mean().item() < threshold:
+                return hint
+        return far
+
+    return advise
 
 
 def decode(plain: object) -> tuple[tuple[int, ...], str, Tensor]:

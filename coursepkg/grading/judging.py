@@ -16,7 +16,7 @@ it): a case that took longer than the limit gets "timeout" and 0, as the check c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from coursepkg.checks.core import (
     Case,
@@ -58,8 +58,7 @@ def _case_from_raw(case: Case, message: dict | None, outcome: RawOutcome, task: 
         return result
     if seconds > task.time_limit and result.status not in ("forbidden", "memory"):
         result = zero(case, "timeout", over_time_message(seconds, task.time_limit))
-    return CaseResult(result.name, result.points, result.max_points, result.status,
-                      result.message, result.hidden, round(float(seconds), 3))
+    return replace(result, seconds=round(float(seconds), 3))
 
 
 def _judged(case: Case, message: dict | None, outcome: RawOutcome, task: Task) -> CaseResult:
@@ -133,8 +132,8 @@ def unreadable_task(task: Task, cases: Sequence[Case], problem: str) -> dict:
 def task_dict(
     task: Task, cases: Sequence[Case], results: list[CaseResult], status: str, isolation: dict
 ) -> dict:
-    """A task's record: plain data."""
-    return {
+    """A task's record: plain data (with the task's leaderboard metric, if it has one)."""
+    record = {
         "id": task.id,
         "func_name": task.func_name,
         "title": task.title,
@@ -144,3 +143,7 @@ def task_dict(
         "cases": [asdict(c) for c in results],
         "isolation": isolation,
     }
+    if task.leaderboard is not None:
+        metric, lower_is_better = task.leaderboard
+        record["leaderboard"] = {"name": metric, "order": "asc" if lower_is_better else "desc"}
+    return record

@@ -121,9 +121,27 @@ def gradescope_json(record: dict) -> str:
             )
     got, most = total(record)
     result = {"score": got, "max_score": most, "tests": tests}
+    board = leaderboard(record)
+    if board:
+        result["leaderboard"] = board
     if record["status"] == "unreadable":
         result["output"] = f"Your notebook could not be read: {record['problem']}."
     return json.dumps(result, indent=2, sort_keys=True) + "\n"
+
+
+def leaderboard(record: dict) -> list[dict]:
+    """Gradescope's ``leaderboard`` entries of a submission: for each task with a leaderboard
+    metric (a capstone), the mean of its cases' scores (rounded to 4 decimals); a task none of
+    whose cases was scored (not attempted, crashed, over time) has no entry."""
+    entries = []
+    for task in record["tasks"]:
+        board = task.get("leaderboard")
+        scores = [c["score"] for c in task["cases"] if type(c.get("score")) in (int, float)]
+        if isinstance(board, dict) and scores:
+            value = round(sum(scores) / len(scores), 4)
+            entries.append({"name": f"Task {task['id']} {board['name']}", "value": value,
+                            "order": board["order"]})
+    return entries
 
 
 def _time(case: dict) -> str:
