@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -555,3 +556,45 @@ def test_each_redesigned_set_meets_the_targets_of_its_kinds(stem):
 
 def test_the_course_has_debug_tasks():
     assert sum(core.points_by_kind(chapter.stem)["debug"] for chapter in CHAPTERS) > 0
+
+
+@pytest.mark.skipif(not grader_module.can_isolate(), reason="hiding files needs root on Linux")
+def test_a_private_file_is_unreadable_in_the_sandbox_and_readable_to_the_judge(
+        monkeypatch, tmp_path):
+    """End to end, as root: the grader covers a task's private file in its children (a
+    submission that reads it sees an empty file and fails), while the trusted process reads it
+    for the expected answer; the file is left as it was."""
+    import importlib
+    import shutil
+    import tempfile
+
+    # not under /tmp (children get their own) and readable by the children's user, so that
+    # only the hiding keeps them from it
+    folder = Path(tempfile.mkdtemp(prefix=".private-example-", dir=Path(__file__).parent))
+    folder.chmod(0o755)
+    private = folder / "held_out.txt"
+    private.write_text("the held-out text only the grader may read\n", encoding="utf-8")
+    private.chmod(0o644)
+    monkeypatch.setenv("COURSE_PRIVATE_EXAMPLE", str(private))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    example = importlib.import_module("private_file_example")
+    try:
+        assert example.TASK.private_files == (str(private),)
+        (tmp_path / "subs").mkdir()
+        ada = _notebook(tmp_path / "subs" / "ada.ipynb",
+                        f"def private_size():\n    return len(open({str(private)!r}).read())\n")
+        rows = grade(example.ASSIGNMENT, [ada], tmp_path / "out", jobs=1,
+                     limits=Limits(timeout=10), progress=False)
+        case = rows[0][1]["tasks"][0]["cases"][0]
+        assert case["status"] == "failed" and case["points"] == 0, case["message"]
+        # the same function passes when the file is not private: the child's read is what fails
+        monkeypatch.setattr(grader_module, "private_paths", lambda task: [])
+        rows = grade(example.ASSIGNMENT, [ada], tmp_path / "open", jobs=1,
+                     limits=Limits(timeout=10), progress=False)
+        assert rows[0][1]["tasks"][0]["status"] == "passed"
+        assert private.read_text(encoding="utf-8").startswith("the held-out text")
+    finally:
+        core.TASKS.pop("0.8", None)
+        core.REGISTERED_BY.pop("0.8", None)
+        sys.modules.pop("private_file_example", None)
+        shutil.rmtree(folder)
