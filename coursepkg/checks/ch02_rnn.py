@@ -62,6 +62,7 @@ from coursepkg.checks.tensors import (
     cell_parameters,
     classifier_accuracy,
     classifier_advice,
+    fit_classifier,
     generator,
     normal,
     parts_plain,
@@ -656,15 +657,7 @@ def train_ab_acceptor(x: Tensor, y: Tensor, seed: int) -> ABAcceptor:
     model = ABAcceptor()
     with torch.no_grad():  # the forget gates start more open (rows Hs:2Hs, order i, f, g, o)
         model.rnn.bias_ih_l0[AB_HIDDEN:2 * AB_HIDDEN] += 1.0
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
-    batches = torch.Generator().manual_seed(seed)
-    for _ in range(200):
-        rows = torch.randint(0, len(y), (64,), generator=batches)
-        loss = F.cross_entropy(model(x[rows]), y[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_classifier(model, x, y, seed, steps=200, lr=0.02)
 
 
 register(

@@ -50,7 +50,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from coursepkg import attention
@@ -84,6 +83,7 @@ from coursepkg.checks.tensors import (
     Variant,
     classifier_accuracy,
     classifier_advice,
+    fit_classifier,
     generator,
     normal,
     parts_plain,
@@ -882,15 +882,7 @@ def train_marker(tokens: Tensor, targets: Tensor, seed: int) -> MarkerModel:
     """
     torch.manual_seed(seed)
     model = MarkerModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
-    batches = torch.Generator().manual_seed(seed)
-    for _ in range(150):
-        rows = torch.randint(0, len(targets), (64,), generator=batches)
-        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_classifier(model, tokens, targets, seed, steps=150, lr=0.03)
 
 
 register(

@@ -86,6 +86,7 @@ from coursepkg.checks.tensors import (
     classifier_accuracy,
     classifier_advice,
     decode,
+    fit_classifier,
     generator,
     normal,
     parts_plain,
@@ -917,15 +918,7 @@ def train_recall(tokens: Tensor, targets: Tensor, seed: int) -> RecallModel:
     """
     torch.manual_seed(seed)
     model = RecallModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    batches = torch.Generator().manual_seed(seed)
-    for _ in range(150):
-        rows = torch.randint(0, len(targets), (64,), generator=batches)
-        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_classifier(model, tokens, targets, seed, steps=150, lr=0.01)
 
 
 register(

@@ -48,6 +48,7 @@ __all__ = [
     "classifier_advice",
     "decode",
     "difference",
+    "fit_classifier",
     "generator",
     "held_out_accuracy",
     "judge_parts",
@@ -358,6 +359,22 @@ def classifier_accuracy(module: nn.Module, data: tuple[Tensor, Tensor]) -> float
     whose most likely class under ``module(inputs)`` (logits ``(N, C)``) is the target."""
     inputs, targets = data
     return (module(inputs).argmax(dim=-1) == targets).float().mean().item()
+
+
+def fit_classifier(model: nn.Module, inputs: Tensor, targets: Tensor, seed: int, *,
+                   steps: int, lr: float, batch: int = 64) -> nn.Module:
+    """The instructor's training of a classifier's train task: Adam on the cross-entropy of
+    ``model(inputs[rows])`` (logits ``(B, C)``), ``steps`` minibatches of ``batch`` rows drawn
+    with a generator seeded with ``seed``; returns ``model`` in eval mode."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(0, len(targets), (batch,), generator=batches)
+        loss = nn.functional.cross_entropy(model(inputs[rows]), targets[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
 
 def held_out_accuracy(build: Callable[[], nn.Module], state: Mapping[str, Tensor],
