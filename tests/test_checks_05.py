@@ -2,28 +2,34 @@
 
 ``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
 implementations that must get full marks and those that must lose points with the hint naming
-their mistake; the tests here are what only this chapter's checks do.
+their mistake; the tests here are what only this chapter's checks do: grouped-query attention
+equal to the package's multi-head attention when G = H and to multi-query attention when G = 1;
+the debug task's every combination of bugs; the train task's bands (the reference on three seeds
+within half the budget, an untrained model, one trained on another task, one head instead of
+two); the questions' keys; and a student who pastes the book getting at most the formula share.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, all_cases, check_output, forged_pairs, hidden_cases, run_task
-from torch import nn
+from checks_support import Chapter, all_cases, check_output, forged_pairs, run_task
 
 from coursepkg import checks
 from coursepkg import multihead as mh
-from coursepkg.checks import attention_mistakes as bank
-from coursepkg.checks import ch04_self_attention as ch04
+from coursepkg import self_attention as sa
 from coursepkg.checks import ch05_multihead as ch05
-from coursepkg.self_attention import scaled_dot_product_attention
+from coursepkg.checks.core import student_args
 
-TASK_IDS = ("5.1", "5.2", "5.3")
+ROOT = Path(__file__).resolve().parents[1]
+TASK_IDS = ("5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7")
 NEG_INF = float("-inf")
 
 
@@ -32,109 +38,178 @@ NEG_INF = float("-inf")
 # ---------------------------------------------------------------------------------------------
 
 
-def split_heads(x, n_heads):
+def head_weights(query, key, w_q, w_k, mask=None):
     """The notebook's solution."""
+    q = query[:, None] @ w_q.transpose(-2, -1)
+    k = key[:, None] @ w_k.transpose(-2, -1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(w_q.shape[1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None], NEG_INF)
+    return torch.softmax(scores, dim=-1)
+
+
+def head_weights_loop(query, key, w_q, w_k, mask=None):
+    """One head at a time with F.linear, an additive mask, F.softmax; stacked on dim 1."""
+    maps = []
+    for h in range(w_q.shape[0]):
+        q, k = F.linear(query, w_q[h]), F.linear(key, w_k[h])  # (B, T, Dh), (B, S, Dh)
+        scores = torch.einsum("btd,bsd->bts", q, k) * w_q.shape[1] ** -0.5
+        if mask is not None:
+            scores = scores + torch.zeros_like(scores).masked_fill(~mask, NEG_INF)
+        maps.append(F.softmax(scores, dim=-1))
+    return torch.stack(maps, dim=1)
+
+
+def head_weights_packed(query, key, w_q, w_k, mask=None):
+    """The per-head matrices packed into one, then the chapter's split written out."""
+    H, Dh, D = w_q.shape
+    B, T, S = query.shape[0], query.shape[1], key.shape[1]
+    q = (query @ w_q.reshape(H * Dh, D).T).view(B, T, H, Dh).permute(0, 2, 1, 3)
+    k = (key @ w_k.reshape(H * Dh, D).T).view(B, S, H, Dh).permute(0, 2, 1, 3)
+    scores = torch.matmul(q / math.sqrt(Dh), k.mT)
+    if mask is not None:
+        scores = torch.where(mask.unsqueeze(1), scores, NEG_INF)
+    return scores.softmax(dim=-1)
+
+
+def grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    """The notebook's solution: each group expanded once per head of the group, chapter 4's
+    attention."""
     B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+    Dh = D // n_heads
+    per_group = n_heads // n_groups
+    q = (x @ w_q.T).view(B, T, n_heads, Dh).transpose(1, 2)
 
+    def shared(w):
+        groups = (x @ w.T).view(B, T, n_groups, 1, Dh)
+        copies = groups.expand(B, T, n_groups, per_group, Dh)
+        return copies.reshape(B, T, n_heads, Dh).transpose(1, 2)
 
-def split_heads_stack(x, n_heads):
-    """Cut the features into H chunks, stack them on a new head axis."""
-    return torch.stack(x.split(x.shape[-1] // n_heads, dim=-1), dim=1)
-
-
-def split_heads_unflatten_permute(x, n_heads):
-    """unflatten the last dim, then permute; contiguous at the end."""
-    return x.unflatten(-1, (n_heads, -1)).permute(0, 2, 1, 3).contiguous()
-
-
-def merge_heads(x):
-    """The notebook's solution."""
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * Dh)
-
-
-def merge_heads_cat(x):
-    """The heads side by side with torch.cat."""
-    return torch.cat(x.unbind(dim=1), dim=-1)
-
-
-def merge_heads_contiguous_view(x):
-    """permute, contiguous, then view (legal after contiguous), flatten with -1."""
-    B, _, T, _ = x.shape
-    return x.permute(0, 2, 1, 3).contiguous().view(B, T, -1)
-
-
-def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                         out_proj_bias, n_heads, mask=None):
-    """The notebook's solution: own split/merge around chapter 4's attention."""
-    w_q, w_k, w_v = in_proj_weight.chunk(3)
-    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (None,) * 3
-    q = split_heads(F.linear(query, w_q, b_q), n_heads)
-    k = split_heads(F.linear(key, w_k, b_k), n_heads)
-    v = split_heads(F.linear(value, w_v, b_v), n_heads)
     if mask is not None and mask.dim() == 3:
         mask = mask.unsqueeze(1)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask)
-    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), weights
+    heads, weights = sa.scaled_dot_product_attention(q, shared(w_k), shared(w_v), mask)
+    return heads.transpose(1, 2).reshape(B, T, D) @ w_o.T, weights
 
 
-def mha_loop_over_heads(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                        out_proj_bias, n_heads, mask=None):
-    """One head at a time, with slices of the weights; torch.where for the mask."""
-    D = query.shape[-1]
+def grouped_query_attention_loop(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    """Head by head, each head slicing its group's rows of W^K and W^V."""
+    B, T, D = x.shape
     Dh = D // n_heads
-    bias = in_proj_bias if in_proj_bias is not None else torch.zeros(3 * D, dtype=query.dtype)
     if mask is not None:
-        mask = mask[:, None] if mask.dim() == 3 else mask
+        mask = (mask.unsqueeze(1) if mask.dim() == 3 else mask).expand(B, n_heads, T, T)
     outs, maps = [], []
     for h in range(n_heads):
-        rows = slice(h * Dh, (h + 1) * Dh)
-        q = query @ in_proj_weight[:D][rows].T + bias[:D][rows]
-        k = key @ in_proj_weight[D:2 * D][rows].T + bias[D:2 * D][rows]
-        v = value @ in_proj_weight[2 * D:][rows].T + bias[2 * D:][rows]
-        scores = q @ k.mT / math.sqrt(Dh)  # (B, T, S)
+        g = h // (n_heads // n_groups)
+        q = F.linear(x, w_q[h * Dh:(h + 1) * Dh])
+        k = F.linear(x, w_k[g * Dh:(g + 1) * Dh])
+        v = F.linear(x, w_v[g * Dh:(g + 1) * Dh])
+        scores = q @ k.mT / math.sqrt(Dh)
         if mask is not None:
-            head_mask = torch.broadcast_to(mask, (*scores.shape[:1], n_heads, *scores.shape[1:]))
-            scores = torch.where(head_mask[:, h], scores, NEG_INF)
-        weights = scores.softmax(dim=-1)
+            scores = scores.masked_fill(~mask[:, h], NEG_INF)
+        weights = scores.softmax(-1)
         outs.append(weights @ v)
         maps.append(weights)
-    out = torch.cat(outs, dim=-1) @ out_proj_weight.T
-    if out_proj_bias is not None:
-        out = out + out_proj_bias
-    return out, torch.stack(maps, dim=1)
+    return F.linear(torch.cat(outs, dim=-1), w_o), torch.stack(maps, dim=1)
 
 
-def mha_einsum(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
-               n_heads, mask=None):
-    """One projection for the three (when self-attention would allow it, it still projects
-    each input), einsum scores, an additive mask, the package-free softmax."""
+def grouped_query_attention_wide_weights(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    """Repeat the groups' rows of W^K and W^V into H heads' worth, then multi-head attention
+    written out with einsum."""
+    B, T, D = x.shape
+    Dh = D // n_heads
+
+    def widened(w):
+        return w.view(n_groups, Dh, D).repeat_interleave(n_heads // n_groups, dim=0)
+
+    q = torch.einsum("btd,hed->bhte", x, w_q.view(n_heads, Dh, D))
+    k = torch.einsum("btd,hed->bhte", x, widened(w_k))
+    v = torch.einsum("btd,hed->bhte", x, widened(w_v))
+    scores = torch.einsum("bhte,bhse->bhts", q, k) / Dh**0.5
+    if mask is not None:
+        scores = scores.masked_fill(~(mask[:, None] if mask.dim() == 3 else mask), NEG_INF)
+    weights = scores.softmax(-1)
+    out = torch.einsum("bhts,bhse->bthe", weights, v).reshape(B, T, D)
+    return out @ w_o.T, weights
+
+
+def train_two_markers(tokens, markers, targets, seed):
+    """The notebook's solution: Adam, minibatches of 128, 200 steps, the model returned."""
+    torch.manual_seed(seed)
+    model = ch05.TwoMarkerModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
+    for _ in range(200):
+        rows = torch.randint(0, len(targets), (128,))
+        logits = model(tokens[rows], markers[rows])
+        loss = F.cross_entropy(logits.flatten(0, 1), targets[rows].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def train_two_markers_epochs(tokens, markers, targets, seed):
+    """Written differently: whole epochs over a shuffled order, AdamW, one loss per answer,
+    the state_dict returned."""
+    generator = torch.Generator().manual_seed(seed + 5)
+    torch.manual_seed(seed + 5)
+    model = ch05.TwoMarkerModel()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.0)
+    for _ in range(8):
+        for rows in torch.randperm(len(targets), generator=generator).split(100):
+            logits = model(tokens[rows], markers[rows])
+            loss = sum(F.cross_entropy(logits[:, i], targets[rows, i]) for i in range(2))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.state_dict()
+
+
+def padded_multi_head_attention(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads):
+    """The notebook's solution: the starter code with its four bugs fixed."""
     B, T, D = query.shape
     S = key.shape[1]
-    H, Dh = n_heads, D // n_heads
-    w = in_proj_weight.view(3, H, Dh, D)
-    b = in_proj_bias.view(3, H, Dh) if in_proj_bias is not None else None
-    q = torch.einsum("btd,hed->bhte", query, w[0])
-    k = torch.einsum("bsd,hed->bhse", key, w[1])
-    v = torch.einsum("bsd,hed->bhse", value, w[2])
-    if b is not None:
-        q, k, v = q + b[0, :, None], k + b[1, :, None], v + b[2, :, None]
-    scores = torch.einsum("bhte,bhse->bhts", q, k) * Dh**-0.5
-    if mask is not None:
-        if mask.dim() == 3:
-            mask = mask.unsqueeze(1)
-        scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
+    Dh = D // n_heads
+
+    def heads(x):
+        return x.view(B, x.shape[1], n_heads, Dh).transpose(1, 2)
+
+    q, k, v = heads(query @ w_q.T), heads(key @ w_k.T), heads(value @ w_v.T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
+    keep = torch.arange(S) < lengths[:, None]
+    scores = scores.masked_fill(~keep[:, None, None, :], NEG_INF)
     weights = torch.softmax(scores, dim=-1)
-    heads = torch.einsum("bhts,bhse->bthe", weights, v).reshape(B, T, D)
-    assert heads.shape[1] == T and weights.shape[-1] == S
-    return F.linear(heads, out_proj_weight, out_proj_bias), weights
+    out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+    return out @ w_o.T, weights
+
+
+def padded_multi_head_attention_einsum(query, key, value, lengths, w_q, w_k, w_v, w_o,
+                                       n_heads):
+    """unflatten, einsum, an additive mask from the lengths, F.linear."""
+    Dh = query.shape[-1] // n_heads
+    q = F.linear(query, w_q).unflatten(-1, (n_heads, Dh))  # (B, T, H, Dh)
+    k = F.linear(key, w_k).unflatten(-1, (n_heads, Dh))
+    v = F.linear(value, w_v).unflatten(-1, (n_heads, Dh))
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(Dh)
+    padding = torch.arange(key.shape[1])[None, :] >= lengths[:, None]  # (B, S)
+    scores = scores + torch.zeros_like(padding, dtype=scores.dtype).masked_fill(
+        padding, NEG_INF)[:, None, None, :]
+    weights = F.softmax(scores, dim=-1)
+    out = torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)
+    return F.linear(out, w_o), weights
 
 
 CORRECT = {
-    "5.1": [mh.split_heads, split_heads, split_heads_stack, split_heads_unflatten_permute],
-    "5.2": [mh.merge_heads, merge_heads, merge_heads_cat, merge_heads_contiguous_view],
-    "5.3": [ch05.multi_head_attention, multi_head_attention, mha_loop_over_heads, mha_einsum],
+    "5.1": [ch05.head_weights, head_weights, head_weights_loop, head_weights_packed],
+    "5.2": [ch05.grouped_query_attention, grouped_query_attention, grouped_query_attention_loop,
+            grouped_query_attention_wide_weights],
+    # The train task: the second correct training is tested below (its check report has a
+    # time, which the common test of the report does not expect).
+    "5.3": [ch05.train_two_markers, train_two_markers],
+    "5.4": [ch05.padded_multi_head_attention, padded_multi_head_attention,
+            padded_multi_head_attention_einsum],
+    "5.5": [checks.get_task("5.5").reference],
+    "5.6": [checks.get_task("5.6").reference],
+    "5.7": [checks.get_task("5.7").reference],
 }
 
 
@@ -142,229 +217,323 @@ CORRECT = {
 # Plausible wrong implementations, each with the hint it must get
 # ---------------------------------------------------------------------------------------------
 
-
-def split_no_transpose(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, n_heads, T, D // n_heads)  # heads mixed with time
+# Task 5.1
 
 
-def split_wrong_axes(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 3)
+def _projections(query, key, w_q, w_k):
+    return query[:, None] @ w_q.mT, key[:, None] @ w_k.mT  # (B, H, T, Dh), (B, H, S, Dh)
 
 
-def split_interleaved(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
-
-
-def split_transpose_first(x, n_heads):
-    B, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, n_heads, T, D // n_heads)
-
-
-def split_not_moved(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads)
-
-
-def split_folded(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2).reshape(B * n_heads, T, -1)
-
-
-def split_float_width(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D / n_heads).transpose(1, 2)
-
-
-def merge_no_transpose(x):
-    B, H, T, Dh = x.shape
-    return x.reshape(B, T, H * Dh)  # heads mixed with time
-
-
-def merge_view(x):
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).view(B, T, H * Dh)  # view of a non-contiguous tensor
-
-
-def merge_interleaved(x):
-    B, H, T, Dh = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
-
-
-def merge_wrong_axes(x):
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 3).reshape(B, T, H * Dh)
-
-
-def merge_mean(x):
-    return x.mean(dim=1)
-
-
-def merge_cat_over_time(x):
-    return torch.cat(x.unbind(dim=1), dim=1)
-
-
-def merge_not_flattened(x):
-    return x.transpose(1, 2)
-
-
-def _attention(q, k, v, mask=None, *, width=None, invert=False):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(width or q.shape[-1])
+def _softmaxed(scores, mask, *, per_head=True, invert=False, dim=-1):
     if mask is not None:
-        scores = scores.masked_fill(mask if invert else ~mask, NEG_INF)
+        m = mask[:, None] if per_head else mask
+        scores = scores.masked_fill(m if invert else ~m, NEG_INF)
+    return torch.softmax(scores, dim=dim)
+
+
+def hw_scale_d_model(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(query.shape[-1]), mask)
+
+
+def hw_scale_all_heads(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[0] * w_q.shape[1]), mask)
+
+
+def hw_no_scale(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT, mask)
+
+
+def hw_keys_with_w_q(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_q)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[1]), mask)
+
+
+def hw_view_without_transpose(query, key, w_q, w_k, mask=None):
+    H, Dh, D = w_q.shape
+    B = query.shape[0]
+    q = (query @ w_q.reshape(H * Dh, D).T).view(B, H, query.shape[1], Dh)
+    k = (key @ w_k.reshape(H * Dh, D).T).view(B, H, key.shape[1], Dh)
+    return _softmaxed(q @ k.mT / math.sqrt(Dh), mask)
+
+
+def hw_mask_not_per_head(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[1]), mask, per_head=False)
+
+
+def hw_torch_mask_convention(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[1]), mask, invert=True)
+
+
+def hw_softmax_over_queries(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[1]), mask, dim=-2)
+
+
+def hw_softmax_dim_1(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    return _softmaxed(q @ k.mT / math.sqrt(w_q.shape[1]), mask, dim=1)
+
+
+def hw_returns_scores(query, key, w_q, w_k, mask=None):
+    q, k = _projections(query, key, w_q, w_k)
+    scores = q @ k.mT / math.sqrt(w_q.shape[1])
+    return scores if mask is None else scores.masked_fill(~mask[:, None], NEG_INF)
+
+
+def hw_averaged(query, key, w_q, w_k, mask=None):
+    return head_weights(query, key, w_q, w_k, mask).mean(dim=1)
+
+
+# Task 5.2
+
+
+def _gqa_wrong(*, assign="in place", scale=None, values_with_keys=False, project_out=True,
+               cut_without_transpose=False, merge_without_transpose=False, mask_per_head=True):
+    def f(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+        B, T, D = x.shape
+        Dh = D // n_heads
+
+        def cut(w, n):
+            if cut_without_transpose:
+                return (x @ w.T).view(B, n, T, Dh)
+            return (x @ w.T).view(B, T, n, Dh).transpose(1, 2)
+
+        def share(t):
+            if assign == "cyclic":
+                return t.repeat(1, n_heads // n_groups, 1, 1)
+            if assign == "first":
+                return t[:, :1].expand(B, n_heads, T, Dh)
+            return t.repeat_interleave(n_heads // n_groups, dim=1)
+
+        q = cut(w_q, n_heads)
+        k = share(cut(w_k, n_groups))
+        v = share(cut(w_k if values_with_keys else w_v, n_groups))
+        scores = q @ k.mT / (math.sqrt(Dh) if scale is None else scale(D, Dh, n_groups))
+        if mask is not None:
+            m = mask.unsqueeze(1) if mask.dim() == 3 and mask_per_head else mask
+            scores = scores.masked_fill(~m, NEG_INF)
+        weights = scores.softmax(-1)
+        heads = weights @ v
+        merged = (heads.reshape(B, T, D) if merge_without_transpose
+                  else heads.transpose(1, 2).reshape(B, T, D))
+        return (merged @ w_o.T if project_out else merged), weights
+
+    return f
+
+
+gqa_groups_repeated_as_a_block = _gqa_wrong(assign="cyclic")
+gqa_first_group_only = _gqa_wrong(assign="first")
+gqa_scale_d_model = _gqa_wrong(scale=lambda D, Dh, G: math.sqrt(D))
+gqa_scale_key_width = _gqa_wrong(scale=lambda D, Dh, G: math.sqrt(G * Dh))
+gqa_no_out_proj = _gqa_wrong(project_out=False)
+gqa_values_with_keys = _gqa_wrong(values_with_keys=True)
+gqa_view_without_transpose = _gqa_wrong(cut_without_transpose=True)
+gqa_merge_without_transpose = _gqa_wrong(merge_without_transpose=True)
+gqa_mask_not_per_head = _gqa_wrong(mask_per_head=False)
+
+
+def gqa_torch_mask_convention(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    return grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_groups,
+                                   None if mask is None else ~mask)
+
+
+def gqa_weights_per_group(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    """Returns one map per group: the mean of its heads' weights."""
+    out, weights = grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask)
+    B, H, T, S = weights.shape
+    return out, weights.view(B, n_groups, H // n_groups, T, S).mean(dim=2)
+
+
+# Task 5.3: trainings that fall short
+
+
+def _adam_loop(model, data, steps, *, lr=0.03, zero_grad=True, shuffled=False, seed=0):
+    tokens, markers, targets = data
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(0, len(targets), (128,), generator=generator)
+        answers = torch.randint(0, len(targets), (128,), generator=generator) if shuffled else rows
+        logits = model(tokens[rows], markers[rows])
+        loss = F.cross_entropy(logits.flatten(0, 1), targets[answers].flatten())
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def two_untrained(tokens, markers, targets, seed):
+    torch.manual_seed(seed)
+    return ch05.TwoMarkerModel()
+
+
+def two_trained_on_swapped_answers(tokens, markers, targets, seed):
+    """Trained on other sequences whose answers come in the other order."""
+    torch.manual_seed(seed)
+    other = ch05.two_marker_data(seed + 1, len(targets), answer="swapped")
+    return _adam_loop(ch05.TwoMarkerModel(), other, 150, seed=seed)
+
+
+def two_answers_of_other_rows(tokens, markers, targets, seed):
+    """Draws the minibatch's answers apart from its sequences."""
+    torch.manual_seed(seed)
+    return _adam_loop(ch05.TwoMarkerModel(), (tokens, markers, targets), 100, shuffled=True,
+                      seed=seed)
+
+
+def two_too_few_steps(tokens, markers, targets, seed):
+    torch.manual_seed(seed)
+    return _adam_loop(ch05.TwoMarkerModel(), (tokens, markers, targets), 20, seed=seed)
+
+
+def two_returns_a_wrapped_state(tokens, markers, targets, seed):
+    model = two_too_few_steps(tokens, markers, targets, seed)
+    return {"weights": model.state_dict()}
+
+
+# Task 5.4: the starter code with some of its bugs left, and other slips
+
+
+def with_bugs(*bugs, **other):
+    def f(*args):
+        return _buggy(*args, frozenset(bugs), **other)
+
+    f.__name__ = "bugs_" + "_".join(bugs) if bugs else "other_" + "_".join(other)
+    return f
+
+
+def _buggy(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads, bugs, *, inverted=False,
+           scale=None, project_out=True):
+    """The starter code with ``bugs`` left (the checks' own copy is forbidden to students)."""
+    B, T, D = query.shape
+    S = key.shape[1]
+    Dh = D // n_heads
+
+    def heads(x):
+        if "split" in bugs:
+            return x.view(B, n_heads, x.shape[1], Dh)
+        return x.view(B, x.shape[1], n_heads, Dh).transpose(1, 2)
+
+    q, k, v = heads(query @ w_q.T), heads(key @ w_k.T), heads(value @ w_v.T)
+    if scale is None:
+        scale = math.sqrt(D) if "scale" in bugs else math.sqrt(Dh)
+    scores = q @ k.transpose(-2, -1) / scale
+    keep = (torch.arange(S) <= lengths[:, None]) if "padding" in bugs else (
+        torch.arange(S) < lengths[:, None])
+    keep = keep[:, None, None, :]
+    scores = scores.masked_fill(keep if inverted else ~keep, NEG_INF)
     weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+    heads_out = weights @ v
+    out = heads_out.reshape(B, T, D) if "merge" in bugs else heads_out.transpose(1, 2).reshape(
+        B, T, D)
+    return (out @ w_o.T if project_out else out), weights
 
 
-def _mha_with(*, split=split_heads, merge=merge_heads, attend=_attention, order=(0, 1, 2),
-              out_proj=True, in_bias=True, unsqueeze=True, kv_from_query=False,
-              average=False, scale_by_d_model=False):
-    """A student's forward with one mistake switched on (defaults: right)."""
-
-    def forward(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                out_proj_bias, n_heads, mask=None):
-        chunks = in_proj_weight.chunk(3)
-        w_q, w_k, w_v = (chunks[i] for i in order)
-        if in_proj_bias is not None and in_bias:
-            b_chunks = in_proj_bias.chunk(3)
-            b_q, b_k, b_v = (b_chunks[i] for i in order)
-        else:
-            b_q = b_k = b_v = None
-        if kv_from_query:
-            key = value = query
-        q = split(F.linear(query, w_q, b_q), n_heads)
-        k = split(F.linear(key, w_k, b_k), n_heads)
-        v = split(F.linear(value, w_v, b_v), n_heads)
-        if mask is not None and mask.dim() == 3 and unsqueeze:
-            mask = mask.unsqueeze(1)
-        if scale_by_d_model:
-            heads, weights = _attention(q, k, v, mask, width=query.shape[-1])
-        else:
-            heads, weights = attend(q, k, v, mask)
-        out = merge(heads)
-        if out_proj:
-            out = F.linear(out, out_proj_weight, out_proj_bias)
-        return out, weights.mean(dim=1) if average else weights
-
-    return forward
+debug_split_left = with_bugs("split")
+debug_merge_left = with_bugs("merge")
+debug_scale_left = with_bugs("scale")
+debug_padding_left = with_bugs("padding")
+debug_split_and_merge_left = with_bugs("split", "merge")
+debug_untouched = with_bugs("split", "merge", "scale", "padding")
+debug_mask_inverted = with_bugs(inverted=True)
+debug_no_out_proj = with_bugs(project_out=False)
 
 
-def _named(func, name):
-    func.__name__ = name
-    return func
+def debug_scale_no_sqrt(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads):
+    return _buggy(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads, frozenset(),
+                  scale=float(query.shape[-1] // n_heads))
 
 
-mha_no_out_proj = _named(_mha_with(out_proj=False), "mha_no_out_proj")
-mha_sqrt_d_model = _named(_mha_with(scale_by_d_model=True), "mha_sqrt_d_model")
-mha_kqv_order = _named(_mha_with(order=(1, 0, 2)), "mha_kqv_order")
-mha_vkq_order = _named(_mha_with(order=(2, 1, 0)), "mha_vkq_order")
-mha_weights_averaged = _named(_mha_with(average=True), "mha_weights_averaged")
-mha_mask_not_per_head = _named(_mha_with(unsqueeze=False), "mha_mask_not_per_head")
-mha_torch_mask_convention = _named(
-    _mha_with(attend=lambda q, k, v, m: _attention(q, k, v, m, invert=True)),
-    "mha_torch_mask_convention")
-mha_split_no_transpose = _named(_mha_with(split=split_no_transpose), "mha_split_no_transpose")
-mha_split_interleaved = _named(_mha_with(split=split_interleaved), "mha_split_interleaved")
-mha_merge_no_transpose = _named(_mha_with(merge=merge_no_transpose), "mha_merge_no_transpose")
-mha_merge_view = _named(_mha_with(merge=merge_view), "mha_merge_view")
-mha_no_in_bias = _named(_mha_with(in_bias=False), "mha_no_in_bias")
-mha_self_attention_only = _named(_mha_with(kv_from_query=True), "mha_self_attention_only")
+def debug_merge_by_view(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads):
+    B, T, D = query.shape
+    Dh = D // n_heads
+
+    def heads(x):
+        return x.view(B, x.shape[1], n_heads, Dh).transpose(1, 2)
+
+    q, k, v = heads(query @ w_q.T), heads(key @ w_k.T), heads(value @ w_v.T)
+    keep = torch.arange(key.shape[1]) < lengths[:, None]
+    scores = (q @ k.mT / math.sqrt(Dh)).masked_fill(~keep[:, None, None, :], NEG_INF)
+    weights = scores.softmax(-1)
+    return (weights @ v).transpose(1, 2).view(B, T, D) @ w_o.T, weights
 
 
-def _softmax_over_heads(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    weights = torch.softmax(scores, dim=1)  # dim 1 of (B, H, T, S) is the heads
-    return weights @ v, weights
-
-
-mha_softmax_over_heads = _named(_mha_with(attend=_softmax_over_heads), "mha_softmax_over_heads")
-
-
-def mha_no_out_bias(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                    out_proj_bias, n_heads, mask=None):
-    out, weights = multi_head_attention(query, key, value, in_proj_weight, in_proj_bias,
-                                        out_proj_weight, None, n_heads, mask)
-    return out, weights
-
-
-def mha_bias_never_none(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                        out_proj_bias, n_heads, mask=None):
-    b_q, b_k, b_v = in_proj_bias.chunk(3)  # AttributeError when the bias is None
-    return multi_head_attention(query, key, value, in_proj_weight, in_proj_bias,
-                                out_proj_weight, out_proj_bias, n_heads, mask)
-
-
-def mha_weights_not_transposed(query, key, value, in_proj_weight, in_proj_bias,
-                               out_proj_weight, out_proj_bias, n_heads, mask=None):
-    w_q, w_k, w_v = in_proj_weight.chunk(3)
-    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (0, 0, 0)
-    q = split_heads(query @ w_q + b_q, n_heads)
-    k = split_heads(key @ w_k + b_k, n_heads)
-    v = split_heads(value @ w_v + b_v, n_heads)
-    if mask is not None and mask.dim() == 3:
-        mask = mask.unsqueeze(1)
-    heads, weights = _attention(q, k, v, mask)
-    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), weights
-
-
-def mha_returns_weights_first(*args):
-    out, weights = multi_head_attention(*args)
+def debug_returns_weights_first(*args):
+    out, weights = padded_multi_head_attention(*args)
     return weights, out
 
 
-SOFTMAX_DIM_1 = ch04.HINT_SOFTMAX_DIM_1
 RUNTIME_HINTS = {task_id: checks.get_task(task_id).error_hints.get("RuntimeError")
                  for task_id in TASK_IDS}
 
 WRONG = {
     "5.1": [
-        (split_no_transpose, ch05.HINT_SPLIT_NO_TRANSPOSE),
-        (split_wrong_axes, ch05.HINT_SPLIT_WRONG_AXES),
-        (split_interleaved, ch05.HINT_SPLIT_INTERLEAVED),
-        (split_transpose_first, ch05.HINT_SPLIT_TRANSPOSE_FIRST),
-        (split_not_moved, ch05.HINT_SPLIT_NOT_MOVED),
-        (split_folded, ch05.HINT_SPLIT_FOLDED),
-        (split_float_width, "Dh = D // n_heads"),
+        (hw_scale_d_model, ch05.HINT_HW_SCALE_D_MODEL),
+        (hw_scale_all_heads, ch05.HINT_HW_SCALE_ALL_HEADS),
+        (hw_no_scale, ch05.HINT_NO_SCALE),
+        (hw_keys_with_w_q, ch05.HINT_HW_KEYS_WITH_WQ),
+        (hw_view_without_transpose, ch05.HINT_HEADS_NO_TRANSPOSE),
+        (hw_mask_not_per_head, ch05.HINT_MASK_NOT_PER_HEAD),
+        (hw_torch_mask_convention, ch05.HINT_MASK_INVERTED),
+        (hw_softmax_over_queries, ch05.HINT_SOFTMAX_DIM),
+        (hw_softmax_dim_1, ch05.HINT_SOFTMAX_DIM_1),
+        (hw_returns_scores, ch05.HINT_HW_NO_SOFTMAX),
+        (hw_averaged, ch05.HINT_HW_AVERAGED),
     ],
     "5.2": [
-        (merge_no_transpose, ch05.HINT_MERGE_NO_TRANSPOSE),
-        (merge_view, ch05.HINT_MERGE_VIEW),
-        (merge_interleaved, ch05.HINT_MERGE_INTERLEAVED),
-        (merge_wrong_axes, ch05.HINT_MERGE_WRONG_AXES),
-        (merge_mean, ch05.HINT_MERGE_REDUCED),
-        (merge_cat_over_time, ch05.HINT_MERGE_STACKED),
-        (merge_not_flattened, ch05.HINT_MERGE_NOT_FLAT),
+        (gqa_groups_repeated_as_a_block, ch05.HINT_GQA_CYCLIC),
+        (gqa_first_group_only, ch05.HINT_GQA_FIRST_GROUP),
+        (gqa_scale_d_model, ch05.HINT_GQA_SCALE_D_MODEL),
+        (gqa_scale_key_width, ch05.HINT_GQA_SCALE_KV),
+        (gqa_no_out_proj, ch05.HINT_GQA_NO_OUT_PROJ),
+        (gqa_values_with_keys, ch05.HINT_GQA_VALUES),
+        (gqa_view_without_transpose, ch05.HINT_HEADS_NO_TRANSPOSE),
+        (gqa_merge_without_transpose, ch05.HINT_GQA_MERGE),
+        (gqa_mask_not_per_head, ch05.HINT_MASK_NOT_PER_HEAD),
+        (gqa_torch_mask_convention, ch05.HINT_MASK_INVERTED),
+        (gqa_weights_per_group, ch05.HINT_GQA_WEIGHTS_PER_GROUP),
     ],
     "5.3": [
-        (mha_no_out_proj, ch05.HINT_NO_OUT_PROJ),
-        (mha_sqrt_d_model, ch05.HINT_SCALE_D_HEAD),
-        (mha_kqv_order, ch05.HINT_CHUNK_ORDER),
-        (mha_vkq_order, ch05.HINT_CHUNK_ORDER),
-        (mha_weights_averaged, ch05.HINT_WEIGHTS_AVERAGED),
-        (mha_mask_not_per_head, ch05.HINT_MASK_NOT_PER_HEAD),
-        (mha_torch_mask_convention, ch05.HINT_MASK_TORCH_CONVENTION),
-        (mha_split_no_transpose,
-         f"{ch05.HINT_MHA_SPLIT_WRONG} {ch05.HINT_SPLIT_NO_TRANSPOSE}"),
-        (mha_split_interleaved, f"{ch05.HINT_MHA_SPLIT_WRONG} {ch05.HINT_SPLIT_INTERLEAVED}"),
-        (mha_merge_no_transpose,
-         f"{ch05.HINT_MHA_MERGE_WRONG} {ch05.HINT_MERGE_NO_TRANSPOSE}"),
-        (mha_merge_view, ".view after a transpose fails: use .reshape"),
-        (mha_no_in_bias, ch05.HINT_IN_BIAS),
-        (mha_no_out_bias, ch05.HINT_OUT_BIAS),
-        (mha_bias_never_none, "may be None"),
-        (mha_self_attention_only, ch05.HINT_WEIGHTS_SELF_ONLY),
-        (mha_weights_not_transposed, ch05.HINT_IN_NOT_TRANSPOSED),
-        (mha_softmax_over_heads, f"{ch05.HINT_MHA_ATTENTION_WRONG} {SOFTMAX_DIM_1}"),
-        (mha_returns_weights_first, ch04.HINT_PAIR_ORDER),
+        (two_untrained, ch05.HINT_TWO_UNTRAINED),
+        (two_trained_on_swapped_answers, ch05.HINT_TWO_TRAIN),
+        (two_answers_of_other_rows, ch05.HINT_TWO_UNTRAINED),
+        (two_too_few_steps, ch05.HINT_TWO_PARTIAL),
+        (two_returns_a_wrapped_state, "the state_dict lacks"),
     ],
+    "5.4": [
+        (debug_split_left, ch05.HINT_DEBUG_SPLIT),
+        (debug_merge_left, ch05.HINT_DEBUG_MERGE),
+        (debug_scale_left, ch05.HINT_DEBUG_SCALE),
+        (debug_padding_left, ch05.HINT_DEBUG_PADDING),
+        (debug_split_and_merge_left, ch05.debug_hint(frozenset({"split", "merge"}))),
+        (debug_untouched, ch05.PREFIX_DEBUG_SEVERAL),
+        (debug_mask_inverted, ch05.HINT_DEBUG_INVERTED),
+        (debug_scale_no_sqrt, ch05.HINT_DEBUG_SCALE_NO_SQRT),
+        (debug_no_out_proj, ch05.HINT_DEBUG_NO_OUT_PROJ),
+        (debug_merge_by_view, RUNTIME_HINTS["5.4"]),
+        (debug_returns_weights_first, ch05.HINT_PAIR_ORDER),
+    ],
+    "5.5": [(lambda: 8 * 16640, ch05.HINT_Q_PARAMS_PER_HEAD),
+            (lambda: 16384, ch05.HINT_Q_PARAMS_NO_BIAS),
+            (lambda: 12480, ch05.HINT_Q_PARAMS_NO_OUT), (lambda: 4 * 64 * 64 // 8,
+                                                        ch05.HINT_Q_PARAMS),
+            (lambda: 16640.0, "a whole number")],
+    "5.6": [(lambda: 6144, ch05.HINT_Q_CACHE_HEADS), (lambda: 768, ch05.HINT_Q_CACHE_KEYS_ONLY),
+            (lambda: 384, ch05.HINT_Q_CACHE_NUMBERS),
+            (lambda: 2048, ch05.HINT_Q_CACHE_GROUP_SIZE), (lambda: 3072, ch05.HINT_Q_CACHE)],
+    "5.7": [(lambda: 100, ch05.HINT_Q_MAPS_ONE), (lambda: 40, ch05.HINT_Q_MAPS_ROWS),
+            (lambda: 4 * 10 * 8, ch05.HINT_Q_MAPS)],
 }
 
+
 def stub(*args):
-    raise NotImplementedError("Task 5.1: write split_heads")
+    raise NotImplementedError("Task 5.1: write head_weights")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,362 +542,490 @@ def stub(*args):
 
 CHAPTER = Chapter(
     assignment="05_multihead",
-    tasks={"5.1": ("split_heads", 3, 8), "5.2": ("merge_heads", 3, 8),
-           "5.3": ("multi_head_attention", 5, 14)},
+    tasks={"5.1": ("head_weights", 3, 7), "5.2": ("grouped_query_attention", 4, 10),
+           "5.3": ("train_two_markers", 3, 6), "5.4": ("padded_multi_head_attention", 3, 6),
+           "5.5": ("attention_parameters", 1, 1), "5.6": ("kv_cache_bytes", 1, 1),
+           "5.7": ("attention_weights_returned", 1, 1)},
     hints=ch05,
     correct=CORRECT,
     wrong=WRONG,
     stub=stub,
-    min_public=3,
-    min_hidden=5,
-    public_points=(3, 5),
-    forbidden=("coursepkg.multihead", "coursepkg.checks", "torch.nn.MultiheadAttention",
-               "torch.nn.functional.scaled_dot_product_attention",
-               "torch.nn.functional.multi_head_attention_forward"),
-    package="coursepkg.multihead",
+    min_public=1,
+    min_hidden=1,
+    public_points=(1, 4),
+    forbidden=(),
+    package="coursepkg.lm",  # the train task runs coursepkg.multihead in TwoMarkerModel
     not_finite_hint=ch05.HINT_NOT_FINITE,
     failure_reports=(
-        ("5.3", mha_mask_not_per_head, "Task 5.3 multi_head_attention: 4/5 points",
-         ("  FAIL  [0/1] a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2: "
-          + ch05.HINT_MASK_NOT_PER_HEAD,)),
-        ("5.1", split_no_transpose, "Task 5.1 split_heads: 0/3 points",
-         ("  FAIL  [0/1] every size 2 (B = T = H = Dh = 2, D = 4): ",)),
-        ("5.3", mha_sqrt_d_model, "Task 5.3 multi_head_attention: 0/5 points",
-         (ch05.HINT_SCALE_D_HEAD,)),
+        ("5.1", hw_scale_d_model, "Task 5.1 head_weights: 0/3 points",
+         (ch05.HINT_HW_SCALE_D_MODEL,)),
+        ("5.2", gqa_groups_repeated_as_a_block, "Task 5.2 grouped_query_attention: 2/4 points",
+         ("  FAIL  [0/1] 4 query heads in 2 groups, no mask; D = 8 (Dh = 2): "
+          + ch05.HINT_GQA_CYCLIC,)),
+        ("5.4", debug_untouched, "Task 5.4 padded_multi_head_attention: 0/3 points",
+         (ch05.PREFIX_DEBUG_SEVERAL,)),
     ),
-    # chapter 4's function is the previous exercise: task 5.3 may call it
-    allowed=("coursepkg.self_attention",),
-    more_hints=frozenset(
-        {ch04.HINT_PAIR_ORDER}
-        | {f"{ch05.HINT_MHA_ATTENTION_WRONG} {hint}" for hint, _ in bank.attention_mistakes()}
-        | {f"{ch05.HINT_MHA_SPLIT_WRONG} {hint}" for hint, _ in ch05._SPLIT_MISTAKES}
-        | {f"{ch05.HINT_MHA_MERGE_WRONG} {hint}" for hint, _ in ch05._MERGE_MISTAKES}),
+    typed=("5.1", "5.2", "5.4"),
+    seeded=("5.1", "5.2", "5.3", "5.4"),
+    scalar_inputs=("5.5", "5.6", "5.7"),
+    exact_results=("5.3", "5.5", "5.6", "5.7"),
+    more_hints=frozenset(ch05.debug_hint(bugs) for bugs in ch05.BUG_SETS),
+    crashes_excused=True,  # a (B, T, S) mask without a head axis crashes where B != H
     wrong_types=(
-        ("5.1", lambda x, n: split_heads(x, n).tolist(),
-         "expected the heads as a torch.Tensor, got list"),
-        ("5.1", lambda x, n: split_heads(x, n).unbind(1), "got tuple"),
-        ("5.2", lambda x: None, "expected the merged heads as a torch.Tensor, got NoneType"),
-        ("5.2", lambda x: merge_heads(x).long(), "got dtype torch.int64"),
-        ("5.3", lambda *a: multi_head_attention(*a)[0],
+        ("5.1", lambda *a: [head_weights(*a)], "expected the weights as a torch.Tensor"),
+        ("5.2", lambda *a: grouped_query_attention(*a)[0],
          "expected a pair (out, weights), got Tensor"),
-        ("5.3", lambda *a: (*multi_head_attention(*a), None), "got a tuple of 3"),
+        ("5.3", lambda *a: [1.0], "expected the trained model or its state_dict(), got list"),
+        ("5.4", lambda *a: padded_multi_head_attention(*a)[1],
+         "expected a pair (out, weights), got Tensor"),
+        ("5.5", lambda: "16640", "a whole number (an int), got a str"),
     ),
-    hidden_type_hints={"5.3": "Return a pair (out, weights) of tensors."},
     forged={
-        "5.1": lambda good: [{**good, "shape": [60]}, {**good, "dtype": None}],
-        "5.3": lambda good: forged_pairs(good, [2, 5, 4], 80),
+        "5.2": lambda good: forged_pairs(good, [2, 3, 5], 80),
+        "5.4": lambda good: forged_pairs(good, [2, 3, 5], 64),
     },
-    forbidden_calls={
-        mh.split_heads: None,
-        mh.MultiHeadAttention.forward: "coursepkg.multihead",
+    forbidden_calls={  # in every task but the questions
         F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
-        nn.MultiheadAttention.forward: "torch.nn.MultiheadAttention",
-        F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward",
-        ch05.multi_head_attention: None,
     },
-    allowed_calls=(scaled_dot_product_attention, torch.softmax, torch.Tensor.view,
-                   torch.Tensor.transpose, torch.Tensor.reshape, F.linear, torch.cat),
+    allowed_calls=(torch.softmax, torch.Tensor.masked_fill, torch.matmul, F.linear,
+                   torch.Tensor.transpose, torch.einsum),
 )
 
 
-def _inputs(task_id, case):
-    """The case's arguments, with the optional mask made explicit for 5.3."""
-    args = checks.get_task(task_id).build_args(case.args)
-    return args if task_id != "5.3" or len(args) == 9 else (*args, None)
-
-
 # ---------------------------------------------------------------------------------------------
-# The registry and the cases
+# The registry, the kinds and the cases
 # ---------------------------------------------------------------------------------------------
 
 
-def _width(task_id, case):
-    """Dh of a case."""
-    args = case.args
-    return args["Dh"] if task_id == "5.2" else args["D"] // args["H"]
+def test_the_kinds_and_their_shares():
+    """No task asks for a function the page shows; formulas are at most a third of the
+    points, and every other kind the design asks for is there."""
+    points = checks.points_by_kind("05_multihead")
+    assert points == {"formula": 7.0, "extension": 10.0, "train": 6.0, "debug": 6.0,
+                      "question": 3.0}
+    assert points["formula"] <= sum(points.values()) / 3
+    shown = {"split_heads", "merge_heads", "multi_head_attention", "forward",
+             "scaled_dot_product_attention"}
+    assert not shown & {task.func_name for task in checks.tasks_for("05_multihead")}
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
-def test_every_task_has_hidden_cases_of_one_head_and_of_heads_of_width_1(task_id):
-    heads = [(case.args["H"], _width(task_id, case))
-             for case in hidden_cases(checks.get_task(task_id))]
-    assert any(H == 1 for H, _ in heads)  # one head
-    assert any(Dh == 1 for _, Dh in heads)  # heads of width 1
+def test_the_cases_make_the_usual_mistakes_show():
+    heads = [case.args for case in checks.get_task("5.1").public_cases]
+    assert any(a["mask"] is not None and a["B"] == a["H"] for a in heads)  # runs unsqueezed
+    assert all(len({a["D"], a["Dh"], a["H"] * a["Dh"]}) == 3 for a in heads)
+    assert any(a["T"] != a["S"] for a in heads)
+    grouped = [case.args for case in checks.get_task("5.2").public_cases]
+    assert any(1 < a["G"] < a["H"] for a in grouped)
+    assert {1, 2} <= {a["G"] for a in grouped} and any(a["G"] == a["H"] for a in grouped)
+    assert any(a["mask"] is not None and a["B"] == a["H"] and len(a["mask"]) == a["B"]
+               for a in grouped)
+    padded = all_cases(checks.get_task("5.4"))
+    assert all(min(c.args["lengths"]) < c.args["S"] for c in padded)  # "<=" shows everywhere
+    assert all(min(c.args["lengths"]) >= 1 for c in padded)
+    assert any(c.args["T"] != c.args["S"] for c in padded if not c.hidden)
 
 
-def test_the_reshape_cases_let_wrong_axes_keep_the_shape():
-    """In one public case of 5.1 and 5.2 every size is 2: a transposition of the wrong axes
-    runs and gives the right shape, so the values name it."""
-    for task_id in ("5.1", "5.2"):
-        cases = checks.get_task(task_id).public_cases
-        assert any(len({c.args["B"], c.args["T"], c.args["H"], _width(task_id, c)}) == 1
-                   and c.args["H"] > 1 for c in cases), task_id
-        assert any(len({c.args["B"], c.args["T"], c.args["H"], _width(task_id, c)}) == 4
-                   for c in cases), task_id
-        layouts = {c.args["layout"] for c in hidden_cases(checks.get_task(task_id))}
-        assert layouts == {"contiguous", "transposed"}
+# ---------------------------------------------------------------------------------------------
+# Task 5.1 and 5.2: what the references compute
+# ---------------------------------------------------------------------------------------------
 
 
-def test_a_non_contiguous_input_is_really_one():
-    for task_id in ("5.1", "5.2"):
-        task = checks.get_task(task_id)
-        for case in all_cases(task):
-            x = task.build_args(case.args)[0]
-            assert x.is_contiguous() == (case.args["layout"] == "contiguous"), case.name
-
-
-def test_the_attention_cases_cover_masks_layouts_and_widths():
-    task = checks.get_task("5.3")
-    public, hidden = task.public_cases, hidden_cases(task)
-    ranks = set()
+def test_head_weights_are_the_package_s_heads():
+    """Packed into in_proj_weight, the per-head matrices give the package's weights."""
+    task = checks.get_task("5.1")
     for case in all_cases(task):
-        query, key, value, w_in, b_in, w_out, b_out, H, mask = _inputs("5.3", case)
-        B, T, D = query.shape
-        S = key.shape[1]
-        assert value.shape == key.shape and w_in.shape == (3 * D, D) and w_out.shape == (D, D)
-        assert (b_in is None) == (b_out is None) == (not case.args["bias"])
-        assert (key is query) == (not case.args["cross"])
-        if mask is None:
+        args = task.build_args({**case.args, "dtype": "float64"})
+        query, key, w_q, w_k = args[:4]
+        mask = args[4] if len(args) > 4 else None
+        H, Dh, D = w_q.shape
+        if H * Dh != D:
             continue
-        ranks.add(mask.dim())
-        scores_shape = (B, H, T, S)
-        full = mask.unsqueeze(1) if mask.dim() == 3 else mask
-        assert torch.broadcast_shapes(full.shape, scores_shape) == scores_shape, case.name
-        assert full.expand(scores_shape).any(dim=-1).all(), case.name  # a key for every query
-        assert not mask.all(), case.name
-    assert ranks == {2, 3, 4}
-    # sqrt(D) and sqrt(Dh) differ; cross-attention with S != T; no biases; a (B, T, S) mask
-    # with B = H in public (wrong numbers) and B != H hidden (a crash)
-    for cases in (public, hidden):
-        assert any(c.args["cross"] and c.args["S"] != c.args["T"] for c in cases)
-        assert any(not c.args["bias"] for c in cases)
-        assert {c.args["mask"] is None for c in cases} == {True, False}
-    assert all(c.args["H"] > 1 for c in public)
-    three_d = [c for c in all_cases(task) if _inputs("5.3", c)[-1] is not None
-               and _inputs("5.3", c)[-1].dim() == 3]
-    assert {(c.hidden, c.args["B"] == c.args["H"]) for c in three_d} == {(False, True),
-                                                                         (True, False)}
-    assert any(c.args["T"] == 1 for c in hidden) and any(c.args["B"] == 1 for c in hidden)
+        packed = torch.cat([w_q.reshape(D, D), w_k.reshape(D, D), torch.eye(D, dtype=w_q.dtype)])
+        _, expected = mh.multi_head_attention(query, key, key, packed, None,
+                                              torch.eye(D, dtype=w_q.dtype), None, H, mask)
+        torch.testing.assert_close(ch05.head_weights(*args), expected)
 
 
-def test_inputs_are_reproducible_and_fresh():
+@pytest.mark.parametrize("mask_kind", [None, "causal", "padding", "sequences"])
+def test_grouped_query_attention_with_as_many_groups_as_heads_is_multi_head(mask_kind):
+    generator = torch.Generator().manual_seed(7)
+    B, T, D, H = 3, 6, 12, 4
+    x = torch.randn(B, T, D, generator=generator, dtype=torch.float64)
+    w_q, w_k, w_v, w_o = (torch.randn(D, D, generator=generator, dtype=torch.float64)
+                          for _ in range(4))
+    mask = {None: None, "causal": sa.causal_mask(T),
+            "padding": (torch.arange(T) < torch.tensor([6, 3, 1])[:, None])[:, None, None, :],
+            "sequences": torch.rand(B, T, T, generator=generator) < 0.6}[mask_kind]
+    if mask_kind == "sequences":
+        mask[..., 0] = True
+    out, weights = ch05.grouped_query_attention(x, w_q, w_k, w_v, w_o, H, H, mask)
+    out_mha, weights_mha = mh.multi_head_attention(
+        x, x, x, torch.cat([w_q, w_k, w_v]), None, w_o, None, H, mask)
+    assert (out - out_mha).abs().max() < 1e-10
+    assert (weights - weights_mha).abs().max() < 1e-10
+
+
+def test_one_group_is_multi_query_attention():
+    """G = 1: every head attends with the same keys and values, its own queries."""
+    generator = torch.Generator().manual_seed(8)
+    B, T, D, H = 2, 5, 12, 3
+    Dh = D // H
+    x = torch.randn(B, T, D, generator=generator, dtype=torch.float64)
+    w_q, w_o = (torch.randn(D, D, generator=generator, dtype=torch.float64) for _ in range(2))
+    w_k, w_v = (torch.randn(Dh, D, generator=generator, dtype=torch.float64) for _ in range(2))
+    out, weights = ch05.grouped_query_attention(x, w_q, w_k, w_v, w_o, H, 1)
+    k, v = x @ w_k.T, x @ w_v.T  # (B, T, Dh): one key head, one value head
+    heads = []
+    for h in range(H):
+        q = x @ w_q[h * Dh:(h + 1) * Dh].T
+        a = torch.softmax(q @ k.mT / math.sqrt(Dh), dim=-1)
+        torch.testing.assert_close(weights[:, h], a)
+        heads.append(a @ v)
+    torch.testing.assert_close(out, torch.cat(heads, dim=-1) @ w_o.T)
+
+
+def test_the_groups_serve_consecutive_heads():
+    """Head h reads group h // (H / G): with H = 4, G = 2, heads 0 and 1 give the same weights
+    when their queries are the same, heads 1 and 2 do not."""
+    generator = torch.Generator().manual_seed(9)
+    B, T, D, H, G = 1, 5, 8, 4, 2
+    Dh = D // H
+    x = torch.randn(B, T, D, generator=generator, dtype=torch.float64)
+    block = torch.randn(Dh, D, generator=generator, dtype=torch.float64)
+    w_q = block.repeat(H, 1)  # every head the same queries
+    w_k, w_v = (torch.randn(G * Dh, D, generator=generator, dtype=torch.float64)
+                for _ in range(2))
+    _, weights = ch05.grouped_query_attention(x, w_q, w_k, w_v, torch.eye(D).double(), H, G)
+    torch.testing.assert_close(weights[:, 0], weights[:, 1])
+    torch.testing.assert_close(weights[:, 2], weights[:, 3])
+    assert not torch.allclose(weights[:, 1], weights[:, 2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 5.4: the debug task
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_combination_of_bugs_is_named():
+    task = checks.get_task("5.4")
+    case = task.cases[0]
+    for bugs in ch05.BUG_SETS:
+        func = with_bugs(*sorted(bugs))
+        result = checks.grade_output(task, case, checks.student_output(task, case, func))
+        assert result.status == "failed"
+        assert result.message.startswith(ch05.debug_hint(bugs)), (sorted(bugs), result.message)
+    assert len(ch05.BUG_SETS) == 15
+
+
+def test_the_untouched_starter_code_fails_every_case():
+    result = run_task("5.4", debug_untouched, hidden=True)
+    assert result.points == 0 and result.status == "failed"
+    assert {case.status for case in result.cases} == {"failed"}
+
+
+def test_the_starter_code_is_the_exercise_s():
+    """The checks' copy of the bugs is the code the exercise shows, and pasting the page's
+    functions cannot fix it: the page has no layer with separate matrices and lengths."""
+    nb = nbformat.read(ROOT / "exercises" / "05_multihead.ipynb", as_version=4)
+    source = next(cell.source for cell in nb.cells if cell.cell_type == "code"
+                  and "def padded_multi_head_attention(" in cell.source)
+    namespace = {"math": math, "torch": torch}
+    exec(source, namespace)  # noqa: S102 - the course's own notebook
+    starter = namespace["padded_multi_head_attention"]
+    task = checks.get_task("5.4")
+    every_bug = frozenset(ch05.BUG_SETS[-1])
+    for case in all_cases(task):
+        args = task.build_args(case.args)
+        for got, want in zip(starter(*args), ch05.padded_with_bugs(*args, every_bug), strict=True):
+            torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_the_fixed_layer_is_the_package_s_with_a_padding_mask():
+    task = checks.get_task("5.4")
+    for case in all_cases(task):
+        query, key, value, lengths, w_q, w_k, w_v, w_o, H = task.build_args(
+            {**case.args, "dtype": "float64"})
+        keep = (torch.arange(key.shape[1]) < lengths[:, None])[:, None, None, :]
+        out, weights = ch05.padded_multi_head_attention(query, key, value, lengths,
+                                                        w_q, w_k, w_v, w_o, H)
+        expected = mh.multi_head_attention(query, key, value, torch.cat([w_q, w_k, w_v]), None,
+                                           w_o, None, H, keep)
+        torch.testing.assert_close(out, expected[0])
+        torch.testing.assert_close(weights, expected[1])
+        assert (weights.masked_select(~keep) == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The forbidden calls
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_forbidden_calls_of_the_attention_tasks():
+    from coursepkg.checks.forbidden import Tripwire
+
+    for task_id in ("5.1", "5.2", "5.4"):
+        wire = Tripwire(checks.get_task(task_id))
+        assert wire.forbidden_callable(mh.multi_head_attention) == "coursepkg.multihead"
+        assert wire.forbidden_callable(mh.split_heads) == "coursepkg.multihead"
+        assert wire.forbidden_callable(torch.nn.MultiheadAttention.forward) is not None
+    first = Tripwire(checks.get_task("5.1"))
+    assert first.forbidden_callable(sa.scaled_dot_product_attention) is not None
+    for task_id in ("5.2", "5.4"):  # chapter 4's attention: the previous exercise, allowed
+        wire = Tripwire(checks.get_task(task_id))
+        assert wire.forbidden_callable(sa.scaled_dot_product_attention) is None
+    train = Tripwire(checks.get_task("5.3"))
+    assert train.forbidden_callable(mh.MultiHeadAttention.forward) is None  # the model runs it
+    assert train.forbidden_callable(ch05.train_two_markers) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# The train task
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_reference_reaches_the_target_on_three_seeds_within_half_the_budget(seed):
+    tokens, markers, targets = ch05.two_marker_data(seed, ch05.TWO_TRAIN)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        started = time.process_time()
+        model = ch05.train_two_markers(tokens, markers, targets, seed)
+        seconds = time.process_time() - started
+    finally:
+        torch.set_num_threads(threads)
+    held_out = ch05.two_marker_data(seed + 1000, ch05.TWO_HELD_OUT)
+    assert ch05.two_accuracy(model, *held_out) >= ch05.TWO_BANDS[0][0]
+    assert seconds < ch05.TWO_TIME_LIMIT / 2, seconds  # CPU time: the machine may be busy
+
+
+def test_one_head_with_the_same_loop_falls_short():
+    """The task needs two look-ups at once: one head, trained by the reference's loop on the
+    same data for the same steps, does not reach the target (on three seeds)."""
+    for seed in (1, 2, 3):
+        tokens, markers, targets = ch05.two_marker_data(seed, ch05.TWO_TRAIN)
+        torch.manual_seed(seed)
+        model = ch05.TwoMarkerModel(n_heads=1)
+        _adam_loop(model, (tokens, markers, targets), 150, seed=seed)
+        held_out = ch05.two_marker_data(seed + 1000, ch05.TWO_HELD_OUT)
+        assert ch05.two_accuracy(model.eval(), *held_out) < ch05.TWO_BANDS[0][0], seed
+
+
+@pytest.mark.parametrize("func", [train_two_markers, train_two_markers_epochs])
+def test_other_correct_trainings_get_full_marks(func):
+    result = run_task("5.3", func, hidden=True)
+    assert result.status == "passed" and result.points == result.max_points == 6, result
+
+
+@pytest.mark.parametrize(("func", "most"), [
+    (two_untrained, 0.0), (two_trained_on_swapped_answers, 0.0),
+    (two_answers_of_other_rows, 0.0), (two_too_few_steps, 4.5)])
+def test_short_trainings_get_a_low_band_or_nothing(func, most):
+    result = run_task("5.3", func, hidden=True)
+    assert result.points <= most, (func.__name__, result)
+    if most:
+        assert 0 < result.points and {c.status for c in result.cases} == {"partial"}
+
+
+def test_the_held_out_seed_never_reaches_the_student_and_the_sets_differ():
     task = checks.get_task("5.3")
-    case = task.cases[1]
-    first, second = task.build_args(case.args), task.build_args(case.args)
-    for a, b in zip(first, second, strict=True):
-        if isinstance(a, torch.Tensor):
-            assert torch.equal(a, b) and a is not b
-    float64 = task.build_args({**case.args, "dtype": "float64"})
-    assert float64[0].dtype == torch.float64 and float64[-1].dtype == torch.bool
-    torch.testing.assert_close(float64[3].float(), first[3])
+    for case in all_cases(task):
+        assert "_heldout" in case.args and "_heldout" not in student_args(case.args)
+        tokens, markers, targets, seed = task.build_args(student_args(case.args))
+        held_tokens, _, _ = task.expected(case.args)
+        assert seed == case.args["seed"] and not torch.equal(tokens[:5], held_tokens[:5])
+        assert tokens.shape == markers.shape == (ch05.TWO_TRAIN, ch05.TWO_T)
 
 
-def test_references_agree_with_torch():
-    """The reference of 5.3 equals torch.nn.MultiheadAttention with the same weights (torch's
-    masks are True = NOT allowed; a (B, T, S) mask is repeated for each head)."""
-    for case in all_cases(checks.get_task("5.3")):
-        args = checks.get_task("5.3").build_args({**case.args, "dtype": "float64"})
-        query, key, value, w_in, b_in, w_out, b_out, H, mask = (
-            args if len(args) == 9 else (*args, None))
-        D = query.shape[-1]
-        torch.manual_seed(0)
-        ref = nn.MultiheadAttention(D, H, bias=b_in is not None, batch_first=True).double()
-        state = {"in_proj_weight": w_in, "out_proj.weight": w_out}
-        if b_in is not None:
-            state |= {"in_proj_bias": b_in, "out_proj.bias": b_out}
-        ref.load_state_dict(state)
-        torch_mask = None
-        if mask is not None:
-            B, T, S = query.shape[0], query.shape[1], key.shape[1]
-            full = (mask.unsqueeze(1) if mask.dim() == 3 else mask).expand(B, H, T, S)
-            torch_mask = ~full.reshape(B * H, T, S)
-        with torch.no_grad():
-            expected_out, expected_weights = ref(query, key, value, attn_mask=torch_mask,
-                                                 average_attn_weights=False)
-        out, weights = ch05.multi_head_attention(*args)
-        torch.testing.assert_close(out, expected_out)
-        torch.testing.assert_close(weights, expected_weights)
-    for case in all_cases(checks.get_task("5.1")):
-        x, H = checks.get_task("5.1").build_args(case.args)
-        heads = ch05.split_heads(x, H)
-        D = x.shape[-1]
-        for h in range(H):
-            assert torch.equal(heads[:, h], x[..., h * D // H:(h + 1) * D // H])
-        assert torch.equal(mh.merge_heads(heads), x)
+def test_the_two_marker_data_is_what_the_task_says():
+    tokens, markers, targets = ch05.two_marker_data(5, 300)
+    assert ((markers == 1).sum(dim=1) == 1).all() and ((markers == 2).sum(dim=1) == 1).all()
+    assert ((markers == 0).sum(dim=1) == ch05.TWO_T - 2).all()
+    assert (markers[:, -1] == 0).all()  # never the last position
+    for i in (1, 2):
+        where = (markers == i).int().argmax(dim=1)
+        assert torch.equal(tokens.gather(1, where[:, None])[:, 0], targets[:, i - 1])
+    _, _, swapped = ch05.two_marker_data(5, 300, answer="swapped")
+    assert torch.equal(swapped, targets.flip(1))
+    shapes = {name: tuple(t.shape) for name, t in ch05.TwoMarkerModel().state_dict().items()}
+    assert shapes == ch05.TWO_SHAPES
+
+
+def test_the_model_reads_content_not_positions():
+    """No positions: permuting the positions before the last leaves the logits."""
+    torch.manual_seed(0)
+    model = ch05.TwoMarkerModel().eval()
+    tokens, markers, _ = ch05.two_marker_data(3, 4)
+    order = torch.cat([torch.randperm(ch05.TWO_T - 1), torch.tensor([ch05.TWO_T - 1])])
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens[:, order], markers[:, order]),
+                                   model(tokens, markers))
 
 
 # ---------------------------------------------------------------------------------------------
-# Correct implementations: full marks
+# The questions
 # ---------------------------------------------------------------------------------------------
 
 
-def test_float64_computation_of_float32_inputs_is_close_enough():
-    def via_float64(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask=None):
-        def d(t):
-            return None if t is None else t.double()
+def test_the_questions_keys_follow_the_package_and_other_answers_are_right_too():
+    assert ch05.attention_parameters_key() == 4 * 64 * 64 + 4 * 64
+    assert ch05.kv_cache_bytes_key() == 2 * 3 * 64 * 4
+    assert ch05.attention_maps_key() == 4 * 10 * 10
+    for task_id, answer in (("5.5", 16640), ("5.6", 1536), ("5.7", 400)):
+        assert run_task(task_id, lambda answer=answer: answer).status == "passed"
+    for form in (torch.tensor(400), 400.0):  # the answer is an int: the message says so
+        result = run_task("5.7", lambda form=form: form)
+        assert result.status == "failed" and "a whole number (an int)" in result.cases[0].message
 
-        out, weights = multi_head_attention(d(query), d(key), d(value), d(w_in), d(b_in),
-                                            d(w_out), d(b_out), n_heads, mask)
-        return out.to(query.dtype), weights.to(query.dtype)
 
-    assert run_task("5.3", via_float64, hidden=True).status == "passed"
+def test_the_parameters_do_not_depend_on_the_number_of_heads():
+    counts = {sum(p.numel() for p in mh.MultiHeadAttention(64, h).parameters())
+              for h in (1, 2, 8, 64)}
+    assert counts == {ch05.attention_parameters_key()}
 
 
 # ---------------------------------------------------------------------------------------------
-# Wrong implementations: lose points and get the hint that names their mistake
+# A student who pastes the book: at most the formula tasks' share
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_view_mistake_fails_only_where_the_memory_is_out_of_order():
-    """transpose(1, 2).view(...) raises on a contiguous (B, H, T, Dh) input with H, T > 1, with
-    a hint naming reshape; on split_heads' own output (a transposed view), with one head or with
-    heads of width 1 it happens to work."""
-    result = run_task("5.2", merge_view, hidden=True)
-    by_name = {case.name: case for case in result.cases}
-    for case in result.cases:
-        if case.status == "error":
-            assert case.message.startswith("raised RuntimeError")
-            assert ".reshape(B, T, H * Dh)" in case.message and ".contiguous()" in case.message
-    task = checks.get_task("5.2")
-    works = {c.name for c in all_cases(task)
-             if c.args["layout"] == "transposed" or c.args["H"] == 1 or c.args["Dh"] == 1}
-    assert {name for name, case in by_name.items() if case.status == "passed"} == works
-    public = run_task("5.2", merge_view)
-    assert all("view size is not compatible" in case.message for case in public.cases)
+def paste_head_weights(query, key, w_q, w_k, mask=None):
+    """The page's layer on the per-head matrices packed: its weights."""
+    H, Dh, D = w_q.shape
+    eye = torch.eye(H * Dh, D, dtype=query.dtype)
+    packed = torch.cat([w_q.reshape(H * Dh, D), w_k.reshape(H * Dh, D), eye])
+    return mh.multi_head_attention(query, key, key, packed, None, torch.eye(D, H * Dh,
+                                   dtype=query.dtype), None, H, mask)[1]
 
 
-def test_shapes_name_the_mistake_where_values_cannot():
-    """Where the sizes differ, a transposition of the wrong axes gives the wrong shape and the
-    shape names it; in the every-size-2 case the values do."""
-    result = run_task("5.1", split_wrong_axes)
-    assert [case.status for case in result.cases] == ["failed"] * 3
-    assert "Expected heads of shape (2, 2, 5, 3), got (2, 3, 2, 5)." in result.cases[0].message
-    assert all(case.message.startswith(ch05.HINT_SPLIT_WRONG_AXES) for case in result.cases)
-    result = run_task("5.3", mha_weights_averaged)
-    assert "Expected weights of shape (2, 2, 5, 4), got (2, 5, 4)." in result.cases[0].message
+def paste_grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    """The page's multi_head_attention (it has no groups: with G < H the weights do not fit)."""
+    return mh.multi_head_attention(x, x, x, torch.cat([w_q, w_k, w_v]), None, w_o, None,
+                                   n_heads, mask)
 
 
-def test_the_mask_mistakes_show_only_where_they_matter():
-    """A (B, T, S) mask not unsqueezed costs the public case where B = H (wrong numbers, named)
-    and the hidden one where B != H (chapter 4's attention refuses the mask); masks of other
-    ranks are not affected."""
-    result = run_task("5.3", mha_mask_not_per_head, hidden=True)
-    bad = {case.name: case for case in result.cases if case.status != "passed"}
-    assert set(bad) == {checks.get_task("5.3").cases[3].name,
-                        "hidden: a (B, T, S) mask with B != H"}
-    assert bad["hidden: a (B, T, S) mask with B != H"].status == "error"
-    result = run_task("5.3", mha_torch_mask_convention, hidden=True)
-    masked = [c.args["mask"] is not None for c in all_cases(checks.get_task("5.3"))]
-    assert [case.status == "passed" for case in result.cases] == [not m for m in masked]
+def paste_train(tokens, markers, targets, seed):
+    """The page's training loop, pasted: its own marker task and its own model (the page's
+    MarkerReader: token, position and marker vectors, a layer of two heads, a read-out of two
+    letters at every position), full batch, 300 steps of Adam."""
+    from torch import nn
+
+    V, T, D = 16, 8, 16
+
+    class MarkerReader(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token = nn.Embedding(V, D)
+            self.position = nn.Embedding(T, D)
+            self.marker = nn.Parameter(torch.randn(D))
+            self.layers = nn.ModuleList([mh.MultiHeadAttention(D, 2)])
+            self.readout = nn.Linear(D, 2 * V)
+
+        def forward(self, tokens, marked):
+            B = tokens.shape[0]
+            is_marked = (torch.arange(T) == marked[:, None])[..., None]
+            h = self.token(tokens) + self.position.weight + is_marked * self.marker
+            h = h + self.layers[0](h, h, h)[0]
+            return self.readout(h).view(B, T, 2, V)
+
+    torch.manual_seed(seed)
+    model = MarkerReader()
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-2)
+    marked = torch.randint(0, T - 1, (len(tokens),))
+    previous = tokens.roll(1, dims=1)
+    at_marker = tokens[torch.arange(len(tokens)), marked, None].expand(-1, T)
+    page_targets = torch.stack([previous, at_marker], dim=-1)
+    for _ in range(30):
+        logits = model(tokens, marked)
+        loss = F.cross_entropy(logits.reshape(-1, V), page_targets.reshape(-1))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    return model
 
 
-def test_chunk_orders_and_biases_show_in_every_case_they_can():
-    task = checks.get_task("5.3")
-    for func in (mha_kqv_order, mha_vkq_order):
-        assert run_task("5.3", func).points == 0
-    for func in (mha_no_in_bias, mha_no_out_bias):
-        result = run_task("5.3", func, hidden=True)
-        assert [case.status == "passed" for case in result.cases] == [
-            not c.args["bias"] for c in all_cases(task)]
+def paste_padded(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads):
+    keep = (torch.arange(key.shape[1]) < lengths[:, None])[:, None, None, :]
+    return mh.multi_head_attention(query, key, value, torch.cat([w_q, w_k, w_v]), None, w_o,
+                                   None, n_heads, keep)
 
 
-def test_one_head_and_heads_of_width_1_are_the_edge_cases_they_should_be():
-    """With H = 1 the split without transpose and the scale by sqrt(D) are right; with Dh = 1
-    the interleaved split is."""
-    result = run_task("5.3", mha_sqrt_d_model, hidden=True)
+def paste_parameters():
+    """The page's table counts the parameters of MultiHeadAttention(512, H): the same number,
+    read for D = 512, not for the question's D = 64."""
+    return sum(p.numel() for p in mh.MultiHeadAttention(512, 8).parameters())
+
+
+def test_a_book_paster_gets_at_most_the_formula_share():
+    """Each function delegating to the code the chapter page shows, as far as that goes: the
+    grader gives at most the formula tasks' share (here: nothing; the package's multi-head code
+    is forbidden in the attention tasks, and the page's training loop trains another model)."""
+    pasted = {"5.1": paste_head_weights, "5.2": paste_grouped_query_attention,
+              "5.3": paste_train, "5.4": paste_padded, "5.5": paste_parameters,
+              "5.6": lambda: 2 * 12 * 64 * 4, "5.7": lambda: 10 * 10}
+    earned = sum(run_task(task_id, func, hidden=True).points for task_id, func in pasted.items())
+    points = checks.points_by_kind("05_multihead")
+    assert earned <= points["formula"]
+    assert run_task("5.2", paste_grouped_query_attention).cases[0].message.startswith(
+        "forbidden: you called coursepkg.multihead")
+
+
+def test_the_paster_s_attention_would_be_right_without_the_tripwire_where_it_can_be():
+    """So the paster's zeros come from the tripwire, not from a wrong paste: the page's layer is
+    right for 5.1 and 5.4, and for 5.2 where there is a group per head."""
+    for task_id, func in (("5.1", paste_head_weights), ("5.4", paste_padded)):
+        result = checks.run_task(task_id, func, tripwire=False)
+        assert result.status == "passed", (task_id, result)
+    result = checks.run_task("5.2", paste_grouped_query_attention, tripwire=False)
     passed = {case.name for case in result.cases if case.status == "passed"}
-    assert passed == {"hidden: one head (H = 1)"}
-    result = run_task("5.1", split_interleaved, hidden=True)
-    passed = {case.name for case in result.cases if case.status == "passed"}
-    assert passed == {"hidden: one head (H = 1)", "hidden: heads of width 1 (H = D)"}
+    assert passed == {"multi-head (G = H = 2), a (B, T, T) mask per sequence with B = H"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports and details
+# ---------------------------------------------------------------------------------------------
 
 
 def test_public_failures_show_the_specifics():
-    result = run_task("5.1", split_no_transpose)
-    detail = result.cases[0].message.removeprefix(ch05.HINT_SPLIT_NO_TRANSPOSE).strip()
-    assert detail.startswith("heads[") and "expected" in detail and "values differ)." in detail
-    result = run_task("5.2", merge_mean)
-    assert result.cases[0].message.endswith("Expected out of shape (2, 5, 6), got (2, 5, 3).")
-    result = run_task("5.3", mha_returns_weights_first)
-    assert result.cases[0].message.endswith(
-        "Expected out of shape (2, 5, 8), got (2, 2, 5, 4).")
-    result = run_task("5.1", split_float_width)
-    assert result.cases[0].message.startswith("raised TypeError: view(): argument 'size'")
+    result = run_task("5.1", hw_scale_d_model)
+    detail = result.cases[0].message.removeprefix(ch05.HINT_HW_SCALE_D_MODEL).strip()
+    assert detail.startswith("weights[") and "expected" in detail and "values differ)." in detail
+    result = run_task("5.1", hw_averaged)
+    assert result.cases[0].message.endswith("Expected weights of shape (2, 3, 5, 4), got "
+                                            "(2, 5, 4).")
+    result = run_task("5.2", gqa_weights_per_group)
+    assert result.cases[0].message.endswith("Expected weights of shape (2, 4, 5, 5), got "
+                                            "(2, 2, 5, 5).")
+    result = run_task("5.4", debug_returns_weights_first)
+    assert result.cases[0].message.startswith(ch05.HINT_PAIR_ORDER)
 
 
-def test_dtype_mismatch_is_named_in_the_float64_case():
-    def float32_heads(x, n_heads):
-        return split_heads(x, n_heads).float()
-
-    result = run_task("5.1", float32_heads, hidden=True)
-    failed = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in failed] == ["hidden: float64"]
-    assert failed[0].message == ch05.HINT_DTYPE
+def test_check_a_function_that_raises(capsys):
+    out = check_output(capsys, "5.4", debug_merge_by_view)
+    assert "ERROR [0/1]" in out and "raised RuntimeError: view size is not compatible" in out
+    assert "use .reshape" in out
 
 
-def test_a_crash_on_an_edge_case_costs_only_that_case():
-    def no_single_query(*args):
-        if args[0].shape[1] == 1:
-            raise IndexError("index 1 is out of bounds")
-        return multi_head_attention(*args)
-
-    result = run_task("5.3", no_single_query, hidden=True)
-    bad = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in bad] == ["hidden: one query, a key-padding mask"]
-    assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
+def test_check_prints_the_train_task_s_time_and_budget(capsys):
+    out = check_output(capsys, "5.3", train_two_markers)
+    assert out.startswith("Task 5.3 train_two_markers: 3/3 points\n")
+    assert " s of 10 s budget)" in out
 
 
-def test_exceptions_become_errors_with_hints():
-    result = run_task("5.3", mha_bias_never_none)
-    errors = [case for case in result.cases if case.status == "error"]
-    assert len(errors) == 1
-    assert errors[0].message.startswith("raised AttributeError: 'NoneType' object has no "
-                                        "attribute 'chunk'")
-
-    def no_default(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask):
-        return multi_head_attention(query, key, value, w_in, b_in, w_out, b_out, n_heads, mask)
-
-    result = run_task("5.3", no_default)
-    assert result.cases[0].status == "error" and "default mask=None" in result.cases[0].message
-    assert result.cases[1].status == "passed"
-    assert all("\n" not in case.message for case in result.cases)
-
-
-def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
-    def with_grad(query, key, value, w_in, *rest):
-        return multi_head_attention(query, key, value, nn.Parameter(w_in.clone()), *rest)
-
-    def as_view(x, n_heads):  # a strided view of a larger tensor
-        padded = torch.cat([x, x], dim=-1)
-        return split_heads(padded[..., : x.shape[-1]], n_heads)
-
-    assert run_task("5.3", with_grad, hidden=True).status == "passed"
-    assert run_task("5.1", as_view, hidden=True).status == "passed"
-
-
-# ---------------------------------------------------------------------------------------------
-# The split used by the grader: student half, JSON, trusted half
-# ---------------------------------------------------------------------------------------------
+def test_the_second_correct_answers_print_full_marks(capsys):
+    for task_id, func, answer in (("5.5", "attention_parameters", 16640),
+                                  ("5.6", "kv_cache_bytes", 1536)):
+        out = check_output(capsys, task_id, lambda answer=answer: answer)
+        assert out == f"Task {task_id} {func}: 1/1 points\n  PASS  [1/1] the answer\n"
 
 
 def test_nan_survives_the_trip_through_json():
     """The mask read with torch's convention leaves rows with no key (NaN weights): they go
     through the worker's JSON and still get the hint naming the convention."""
-    task = checks.get_task("5.3")
-    case = task.cases[2]  # the causal mask: its last row is all False once inverted
-    plain = checks.student_output(task, case, mha_torch_mask_convention)
+    task = checks.get_task("5.2")
+    case = task.cases[1]  # the causal mask: its last row is all False once inverted
+    plain = checks.student_output(task, case, gqa_torch_mask_convention)
     assert any(math.isnan(value) for value in plain[1]["data"])
     result = checks.grade_output(task, case, json.loads(json.dumps(plain)))
     assert result.status == "failed"
-    assert result.message.startswith(ch05.HINT_MASK_TORCH_CONVENTION)
-
-
-# ---------------------------------------------------------------------------------------------
-# check(): prints a deterministic report, never raises
-# ---------------------------------------------------------------------------------------------
-
-
-def test_check_a_function_that_raises(capsys):
-    out = check_output(capsys, "5.2", merge_view)
-    assert "ERROR [0/1]" in out and "raised RuntimeError: view size is not compatible" in out
-    assert "Use .reshape(B, T, H * Dh)" in out
+    assert result.message.startswith(ch05.HINT_MASK_INVERTED)

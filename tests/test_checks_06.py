@@ -2,7 +2,11 @@
 
 ``CHAPTER`` hands the tests every chapter's checks must pass (test_checks_common.py) the
 implementations that must get full marks and those that must lose points with the hint naming
-their mistake; the tests here are what only this chapter's checks do.
+their mistake; the tests here are what only this chapter's checks do: the rotate-half RoPE is
+the page's RoPE up to a permutation of the features; ALiBi's slopes and offsets; the debug
+task's every combination of bugs and the behaviour the fix restores; the train task's bands
+(the reference on three seeds, an untrained model, one trained on another task); the
+questions' keys; the shares of points and a submission that pastes the book.
 """
 
 from __future__ import annotations
@@ -17,797 +21,920 @@ from checks_support import Chapter, all_cases, check_output, hidden_cases, run_t
 from coursepkg import checks
 from coursepkg import positional as pos
 from coursepkg.checks import ch06_positional as ch06
+from coursepkg.checks.core import student_args
+
+TASK_IDS = ("6.1", "6.2", "6.3", "6.4", "6.5", "6.6", "6.7")
+
 
 # ---------------------------------------------------------------------------------------------
-# Correct implementations written differently from the references
+# Task 6.1: correct implementations written differently from the reference, and wrong ones
 # ---------------------------------------------------------------------------------------------
 
 
-def sinusoidal_table(T, d, dtype=torch.float32):
-    """The notebook's solution: angles in the dtype asked for, two strided assignments."""
-    p = torch.arange(T, dtype=dtype)[:, None]  # (T, 1)
-    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d)  # (d/2,)
-    table = torch.zeros(T, d, dtype=dtype)
-    table[:, 0::2] = torch.sin(p * w)
-    table[:, 1::2] = torch.cos(p * w)
-    return table
+def sinusoidal_at(positions, d, base=10000.0):
+    """The notebook's solution: angles in the positions' dtype, the pairs stacked."""
+    w = base ** (-torch.arange(0, d, 2, dtype=positions.dtype) / d)  # (d/2,)
+    angles = positions[:, None] * w  # (N, d/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(len(positions), d)
 
 
-def table_exp_log(T, d, dtype=torch.float32):
-    """The Annotated Transformer's way: exp(-2i log(10000) / d), positions divided."""
-    position = torch.arange(0, T, dtype=dtype).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d, 2, dtype=dtype) * -(math.log(10000.0) / d))
-    table = torch.empty(T, d, dtype=dtype)
-    table[:, 0::2] = torch.sin(position * div_term)
-    table[:, 1::2] = torch.cos(position * div_term)
-    return table
+def at_exp_log(positions, d, base=10000.0):
+    """exp(-2i log(base) / d), two strided assignments."""
+    div = torch.exp(torch.arange(0, d, 2, dtype=positions.dtype) * -(math.log(base) / d))
+    out = torch.empty(len(positions), d, dtype=positions.dtype)
+    out[:, 0::2] = torch.sin(positions.unsqueeze(1) * div)
+    out[:, 1::2] = torch.cos(positions.unsqueeze(1) * div)
+    return out
 
 
-def table_python_loops(T, d, dtype=torch.float32):
-    """Python floats in two loops, one tensor at the end."""
+def at_python_loops(positions, d, base=10000.0):
+    """Python floats, one tensor at the end."""
     rows = []
-    for p in range(T):
+    for p in positions.tolist():
         row = []
         for i in range(d // 2):
-            angle = p / 10000 ** (2 * i / d)
+            angle = p / base ** (2 * i / d)
             row += [math.sin(angle), math.cos(angle)]
         rows.append(row)
-    return torch.tensor(rows, dtype=dtype).reshape(T, d)
+    return torch.tensor(rows, dtype=positions.dtype).reshape(len(positions), d)
 
 
-def table_float64_then_cast(T, d, dtype=torch.float32):
-    """Everything in float64, cast at the end; the pairs stacked and flattened."""
-    angles = torch.outer(torch.arange(T).double(),
-                         torch.pow(10000.0, -torch.arange(d // 2).double() * 2 / d))
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1).to(dtype)
+def _at(positions, d, base, *, swap=False, exponent=2, halves=False, sign=-1):
+    i = torch.arange(d // 2, dtype=torch.float64)
+    angles = positions.double()[:, None] * base ** (sign * exponent * i / d)
+    first, second = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
+    if halves:
+        out = torch.cat([first, second], dim=-1)
+    else:
+        out = torch.stack([first, second], dim=-1).reshape(len(positions), d)
+    return out.to(positions.dtype)
 
 
-def apply_rope(x, positions=None):
-    """The notebook's solution: even and odd features, the angles in x's dtype."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    if positions is None:
-        positions = torch.arange(T)
-    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)  # (Dh/2,)
-    angles = positions.to(x.dtype)[:, None] * theta  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2)
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-    return rotated.flatten(-2)  # (..., T, Dh)
+def at_sin_cos_swapped(positions, d, base=10000.0):
+    return _at(positions, d, base, swap=True)
 
 
-def rope_complex(x, positions=None):
-    """Each pair as one complex number, multiplied by e^(i m theta)."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T, dtype=torch.float64) if positions is None else positions.double()
-    theta = 1.0 / 10000 ** (torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
-    turn = torch.polar(torch.ones(T, Dh // 2, dtype=torch.float64), torch.outer(m, theta))
-    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], Dh // 2, 2).contiguous())
-    return torch.view_as_real(pairs * turn).flatten(-2).to(x.dtype)
+def at_pair_index(positions, d, base=10000.0):
+    return _at(positions, d, base, exponent=1)
 
 
-def rope_rotation_matrices(x, positions=None):
-    """A 2 x 2 rotation matrix per position and pair, applied with einsum."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T) if positions is None else positions
-    angles = m[:, None].to(x.dtype) * torch.tensor(
-        [10000 ** (-2 * i / Dh) for i in range(Dh // 2)], dtype=x.dtype)  # (T, Dh/2)
-    cos, sin = angles.cos(), angles.sin()
-    rotation = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2)
-    pairs = x.unflatten(-1, (Dh // 2, 2))  # (..., T, Dh/2, 2)
-    return torch.einsum("tpab,...tpb->...tpa", rotation, pairs).flatten(-2)
+def at_growing(positions, d, base=10000.0):
+    return _at(positions, d, base, sign=1)
 
 
-def rope_rotate_every_two(x, positions=None):
-    """x * cos + rotate_every_two(x) * sin with the angles repeated pairwise (GPT-J's form)."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T, dtype=x.dtype) if positions is None else positions.to(x.dtype)
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, Dh, 2).to(x.dtype) / Dh))
-    angles = torch.einsum("t,f->tf", m, inv_freq).repeat_interleave(2, dim=-1)  # (T, Dh)
-    turned = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).reshape(x.shape)
-    return x * angles.cos() + turned * angles.sin()
+def at_halves(positions, d, base=10000.0):
+    return _at(positions, d, base, halves=True)
 
 
-def relative_bias(table, T, S, max_distance):
+def at_the_page_s_table(positions, d, base=10000.0):
+    """The page's sinusoidal_encoding, pasted: positions 0 .. N-1, base 10000."""
+    table_positions = torch.arange(len(positions), dtype=torch.float64)[:, None]
+    frequencies = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = table_positions * frequencies
+    table = torch.stack([angles.sin(), angles.cos()], dim=-1)
+    return table.reshape(len(positions), d).to(positions.dtype)
+
+
+def at_integer_positions(positions, d, base=10000.0):
+    return _at(positions.long().to(positions.dtype), d, base)
+
+
+def at_base_ignored(positions, d, base=10000.0):
+    return _at(positions, d, 10000.0)
+
+
+def at_distance(positions, d, base=10000.0):
+    return _at(positions.abs(), d, base)
+
+
+def at_in_float32(positions, d, base=10000.0):
+    return sinusoidal_at(positions.float(), d, base).to(positions.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.2
+# ---------------------------------------------------------------------------------------------
+
+
+def rope_rotate_half(x, positions):
+    """The notebook's solution: LLaMA's rotate_half with the angles repeated."""
+    Dh = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)  # (Dh/2,)
+    angles = positions.double()[:, None] * theta  # (T, Dh/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (T, Dh)
+    turned = torch.cat([-x[..., Dh // 2:], x[..., : Dh // 2]], dim=-1)
+    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+
+
+def _interleave(x):
+    """(…, Dh) halves -> neighbours: feature i goes to 2i, feature i + Dh/2 to 2i + 1."""
+    Dh = x.shape[-1]
+    return torch.stack([x[..., : Dh // 2], x[..., Dh // 2:]], dim=-1).flatten(-2)
+
+
+def _deinterleave(x):
+    return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
+
+
+def half_through_a_permutation(x, positions):
+    """The page's neighbours rotation, written here, between two permutations."""
+    y = _interleave(x)
+    Dh = y.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    angles = positions.double()[:, None] * theta
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = y[..., 0::2], y[..., 1::2]
+    turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
+    return _deinterleave(turned)
+
+
+def half_complex(x, positions):
+    """Complex numbers: pair i is x_i + i x_{i+Dh/2}, multiplied by e^(i m theta)."""
+    Dh = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    angles = positions.double()[:, None] * theta
+    z = torch.complex(x[..., : Dh // 2].double(), x[..., Dh // 2:].double())
+    turned = z * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat([turned.real, turned.imag], dim=-1).to(x.dtype)
+
+
+def _half(x, positions, *, sign=1, exponent=2, layout="halves", swap_halves=False):
+    Dh = x.shape[-1]
+    theta = 10000.0 ** (-exponent * torch.arange(Dh // 2, dtype=torch.float64) / Dh)
+    angles = positions.double()[:, None] * theta
+    cos, sin = angles.cos().to(x.dtype), (sign * angles.sin()).to(x.dtype)
+    if layout == "neighbours":
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
+    a, b = x[..., : Dh // 2], x[..., Dh // 2:]
+    parts = [a * cos - b * sin, a * sin + b * cos]
+    return torch.cat(parts[::-1] if swap_halves else parts, dim=-1)
+
+
+def half_the_page_s_rope(x, positions):
+    """The page's apply_rope, pasted: neighbours."""
+    return _half(x, positions, layout="neighbours")
+
+
+def half_backwards(x, positions):
+    return _half(x, positions, sign=-1)
+
+
+def half_halves_swapped(x, positions):
+    return _half(x, positions, swap_halves=True)
+
+
+def half_positions_ignored(x, positions):
+    return _half(x, torch.arange(x.shape[-2]))
+
+
+def half_pair_index(x, positions):
+    return _half(x, positions, exponent=1)
+
+
+def half_angles_interleaved(x, positions):
+    """rotate_half with the angles laid out for neighbours (repeat_interleave)."""
+    Dh = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    angles = (positions.double()[:, None] * theta).repeat_interleave(2, dim=-1)
+    turned = torch.cat([-x[..., Dh // 2:], x[..., : Dh // 2]], dim=-1)
+    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+
+
+def half_in_float32(x, positions):
+    return rope_rotate_half(x.float(), positions.float()).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.3
+# ---------------------------------------------------------------------------------------------
+
+
+def _paper_slopes(n):
+    """The paper's get_slopes, recursive."""
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + _paper_slopes(2 * closest)[0::2][: n - closest]
+
+
+def alibi_bias(n_heads, T, S=None, offset=0):
     """The notebook's solution."""
-    offsets = torch.arange(S)[None, :] - torch.arange(T)[:, None]  # (T, S): j - i
-    index = offsets.clamp(-max_distance, max_distance) + max_distance  # (T, S) in 0 .. 2M
-    return table[:, index]  # (H, T, S)
+    S = offset + T if S is None else S
+    slopes = torch.tensor(_paper_slopes(n_heads))  # (H,)
+    queries = torch.arange(offset, offset + T)[:, None]  # (T, 1)
+    keys = torch.arange(S)[None, :]  # (1, S)
+    return -slopes[:, None, None] * (queries - keys).abs()  # (H, T, S)
 
 
-def bias_loops(table, T, S, max_distance):
-    """Three loops and min/max."""
-    H, M = table.shape[0], max_distance
-    out = torch.empty(H, T, S, dtype=table.dtype)
-    for h in range(H):
-        for i in range(T):
-            for j in range(S):
-                out[h, i, j] = table[h, min(max(j - i, -M), M) + M]
-    return out
+def alibi_loops(n_heads, T, S=None, offset=0):
+    """Slopes by halving the exponent's step, entries in Python loops."""
+    S = offset + T if S is None else S
+    n = 1
+    while n * 2 <= n_heads:
+        n *= 2
+    slopes = [2 ** (-8 * h / n) for h in range(1, n + 1)]
+    slopes += [2 ** (-8 * h / (2 * n)) for h in range(1, 2 * n + 1, 2)][: n_heads - n]
+    rows = [[[-m * abs(offset + t - s) for s in range(S)] for t in range(T)] for m in slopes]
+    return torch.tensor(rows, dtype=torch.float32)
 
 
-def bias_shift_then_clamp(table, T, S, max_distance):
-    """Shift first, clamp to the columns 0 .. 2M, then index_select and view."""
-    M = max_distance
-    index = (torch.arange(S) - torch.arange(T).unsqueeze(-1) + M).clamp(0, 2 * M)
-    return table.index_select(1, index.reshape(-1)).view(table.shape[0], T, S)
+def _alibi(n_heads, T, S=None, offset=0, *, slopes=None, sign=-1, signed=False, at=None):
+    S = offset + T if S is None else S
+    slopes = _paper_slopes(n_heads) if slopes is None else slopes
+    start = offset if at is None else at
+    queries = torch.arange(start, start + T, dtype=torch.float64)[:, None]
+    distance = queries - torch.arange(S, dtype=torch.float64)[None, :]
+    if not signed:
+        distance = distance.abs()
+    return (sign * torch.tensor(slopes, dtype=torch.float64)[:, None, None] * distance).float()
 
 
-def bias_one_hot(table, T, S, max_distance):
-    """A one-hot matrix product, then the heads moved first."""
-    M = max_distance
-    index = torch.clamp(torch.arange(S)[None] - torch.arange(T)[:, None], -M, M) + M
-    one_hot = F.one_hot(index, 2 * M + 1).to(table.dtype)  # (T, S, 2M+1)
-    return (one_hot @ table.T).permute(2, 0, 1)
+def alibi_reversed(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, slopes=_paper_slopes(n_heads)[::-1])
 
+
+def alibi_heads_from_0(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, slopes=[2 ** (-8 * h / n_heads) for h in range(n_heads)])
+
+
+def alibi_a_bonus(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, sign=1)
+
+
+def alibi_signed(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, signed=True)
+
+
+def alibi_offset_ignored(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, at=0)
+
+
+def alibi_linear(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, S, offset, slopes=[h / n_heads for h in range(n_heads, 0, -1)])
+
+
+def alibi_every_h(n_heads, T, S=None, offset=0):
+    """2^(-8h/H) for every H, a power of two or not."""
+    return _alibi(n_heads, T, S, offset,
+                  slopes=[2 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)])
+
+
+def alibi_keys_default_t(n_heads, T, S=None, offset=0):
+    return _alibi(n_heads, T, T if S is None else S, offset)
+
+
+def alibi_float64(n_heads, T, S=None, offset=0):
+    return alibi_bias(n_heads, T, S, offset).double()
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.4: the starter code with some of its bugs left, and other slips
+# ---------------------------------------------------------------------------------------------
+
+
+def rope_batch(x, positions, base=10000.0):
+    """The notebook's solution: the starter code with its four bugs fixed."""
+    Dh = x.shape[-1]
+    theta = base ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)  # (Dh/2,)
+    angles = positions.to(x.dtype)[:, None, :, None] * theta  # (B, 1, T, Dh/2)
+    cos, sin = angles.cos(), angles.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)
+
+
+def rope_batch_rows(x, positions, base=10000.0):
+    """Written differently: one sequence at a time, complex numbers."""
+    Dh = x.shape[-1]
+    theta = base ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    out = []
+    for b in range(x.shape[0]):
+        angles = positions[b].double()[:, None] * theta  # (T, Dh/2)
+        z = torch.view_as_complex(x[b].double().unflatten(-1, (Dh // 2, 2)).contiguous())
+        turned = torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles))
+        out.append(turned.flatten(-2).to(x.dtype))
+    return torch.stack(out)
+
+
+def _buggy(x, positions, bugs, *, base=10000.0, backwards=False):
+    """The starter code with ``bugs`` left (the checks' own copy is forbidden to students)."""
+    Dh = x.shape[-1]
+    if "exponent" in bugs:
+        theta = base ** (-torch.arange(Dh // 2, dtype=x.dtype) / Dh)
+    else:
+        theta = base ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)
+    if "rows" in bugs:
+        angles = positions[0].to(x.dtype)[:, None] * theta
+    else:
+        angles = positions.to(x.dtype)[:, None, :, None] * theta
+    cos, sin = angles.cos(), angles.sin()
+    if "pairs" in bugs:
+        even, odd = x[..., : Dh // 2], x[..., Dh // 2:]
+    else:
+        even, odd = x[..., 0::2], x[..., 1::2]
+    first = even * cos + odd * sin if "sign" in bugs or backwards else even * cos - odd * sin
+    second = -even * sin + odd * cos if backwards else even * sin + odd * cos
+    return torch.stack([first, second], dim=-1).flatten(-2)
+
+
+def with_bugs(*bugs, **other):
+    def f(x, positions, base=10000.0):
+        return _buggy(x, positions, bugs, base=base, **other)
+
+    f.__name__ = "bugs_" + "_".join(bugs) if bugs else "other_" + "_".join(other)
+    return f
+
+
+debug_untouched = with_bugs("exponent", "rows", "sign", "pairs")
+debug_exponent = with_bugs("exponent")
+debug_first_row_for_all = with_bugs("rows")
+debug_a_shear = with_bugs("sign")
+debug_mixed_pairs = with_bugs("pairs")
+debug_rows_and_sign = with_bugs("rows", "sign")
+debug_backwards = with_bugs(backwards=True)
+
+
+def debug_forgets_the_heads_dim(x, positions, base=10000.0):
+    """angles (B, T, Dh/2) broadcast against (B, H, T, Dh/2): crashes unless B = H (or 1)."""
+    Dh = x.shape[-1]
+    theta = base ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)
+    angles = positions.to(x.dtype)[..., None] * theta
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack([even * angles.cos() - odd * angles.sin(),
+                           even * angles.sin() + odd * angles.cos()], dim=-1)
+    return rotated.flatten(-2)
+
+
+def debug_pairs_not_flattened(x, positions, base=10000.0):
+    return rope_batch(x, positions, base).unflatten(-1, (x.shape[-1] // 2, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.5: trainings
+# ---------------------------------------------------------------------------------------------
+
+
+def _loop(model, tokens, steps, *, K=ch06.LOOKBACK_K, lr=0.01, zero_grad=True, seed=0,
+          shift=True):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    V = ch06.LOOKBACK_SYMBOLS
+    for _ in range(steps):
+        batch = tokens[torch.randint(0, len(tokens), (32,), generator=generator)]
+        logits = model(batch)
+        if shift:
+            loss = F.cross_entropy(logits[:, K:].reshape(-1, V), batch[:, :-K].reshape(-1))
+        else:
+            loss = F.cross_entropy(logits.reshape(-1, V), batch.reshape(-1))
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def train_lookback(tokens, seed):
+    """The notebook's solution: Adam, minibatches of 32, 200 steps, the state_dict returned."""
+    torch.manual_seed(seed)
+    model = ch06.LookbackModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(200):
+        batch = tokens[torch.randint(0, len(tokens), (32,))]
+        logits = model(batch)[:, 3:]  # (32, T - 3, V): positions with an answer
+        loss = F.cross_entropy(logits.reshape(-1, 10), batch[:, :-3].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def train_lookback_epochs(tokens, seed):
+    """Written differently: whole epochs over a shuffled order, AdamW, a mean over positions
+    taken by hand, the module returned."""
+    generator = torch.Generator().manual_seed(seed + 5)
+    torch.manual_seed(seed + 5)
+    model = ch06.LookbackModel()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.005, weight_decay=0.0)
+    for _ in range(3):
+        for rows in torch.randperm(len(tokens), generator=generator).split(50):
+            batch = tokens[rows]
+            log_probs = model(batch).log_softmax(dim=-1)[:, 3:]  # (b, T - 3, V)
+            picked = log_probs.gather(-1, batch[:, :-3, None])[..., 0]
+            optimizer.zero_grad()
+            (-picked.mean()).backward()
+            optimizer.step()
+    return model
+
+
+def lookback_untrained(tokens, seed):
+    torch.manual_seed(seed)
+    return ch06.LookbackModel()
+
+
+def lookback_the_page_s_distance(tokens, seed):
+    """Trained on the page's echo task, 5 positions back."""
+    torch.manual_seed(seed)
+    return _loop(ch06.LookbackModel(), tokens, 150, K=5, seed=seed)
+
+
+def lookback_not_shifted(tokens, seed):
+    """The logits at t compared with the token at t itself."""
+    torch.manual_seed(seed)
+    return _loop(ch06.LookbackModel(), tokens, 100, shift=False, seed=seed)
+
+
+def lookback_too_few_steps(tokens, seed):
+    torch.manual_seed(seed)
+    return _loop(ch06.LookbackModel(), tokens, 12, lr=0.01, seed=seed)
+
+
+def lookback_returns_a_wrapped_state(tokens, seed):
+    return {"model": lookback_too_few_steps(tokens, seed).state_dict()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables
+# ---------------------------------------------------------------------------------------------
 
 CORRECT = {
-    "6.1": [ch06.sinusoidal_table, sinusoidal_table, table_exp_log, table_python_loops,
-            table_float64_then_cast],
-    "6.2": [pos.apply_rope, apply_rope, rope_complex, rope_rotation_matrices,
-            rope_rotate_every_two],
-    "6.3": [ch06.relative_bias, relative_bias, bias_loops, bias_shift_then_clamp, bias_one_hot],
+    "6.1": [ch06.sinusoidal_at, sinusoidal_at, at_exp_log, at_python_loops],
+    "6.2": [ch06.rope_rotate_half, rope_rotate_half, half_through_a_permutation, half_complex],
+    "6.3": [ch06.alibi_bias, alibi_bias, alibi_loops],
+    "6.4": [ch06.rope_batch, rope_batch, rope_batch_rows],
+    # The train task and the questions: the second correct implementations are tested below
+    # (their check report has a time, or no hidden tests' line).
+    "6.5": [ch06.train_lookback, train_lookback],
+    "6.6": [checks.get_task("6.6").reference],
+    "6.7": [checks.get_task("6.7").reference],
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# Plausible wrong implementations, each with the hint it must get
-# ---------------------------------------------------------------------------------------------
-
-
-def _table_with(*, exponent=lambda i, d: 2 * i / d, cos_exponent=None, start=0,
-                first=torch.sin, second=torch.cos, halves=False):
-    """A student's table with one mistake switched on (defaults: right)."""
-
-    def table(T, d, dtype=torch.float32):
-        p = torch.arange(start, start + T, dtype=dtype)[:, None]
-        i = torch.arange(d // 2, dtype=dtype)
-        a = p / 10000 ** exponent(i, d)
-        b = p / 10000 ** (cos_exponent or exponent)(i, d)
-        if halves:
-            return torch.cat([first(a), second(b)], dim=-1)
-        out = torch.zeros(T, d, dtype=dtype)
-        out[:, 0::2], out[:, 1::2] = first(a), second(b)
-        return out
-
-    return table
-
-
-def _named(func, name):
-    func.__name__ = name
-    return func
-
-
-table_sin_cos_swapped = _named(_table_with(first=torch.cos, second=torch.sin),
-                               "table_sin_cos_swapped")
-table_exponent_i = _named(_table_with(exponent=lambda i, d: i / d), "table_exponent_i")
-table_exponent_per_column = _named(
-    _table_with(cos_exponent=lambda i, d: (2 * i + 1) / d), "table_exponent_per_column")
-table_positive_exponent = _named(_table_with(exponent=lambda i, d: -2 * i / d),
-                                 "table_positive_exponent")
-table_halves = _named(_table_with(halves=True), "table_halves")
-table_from_1 = _named(_table_with(start=1), "table_from_1")
-table_sines_only = _named(_table_with(second=torch.sin), "table_sines_only")
-
-
-def table_column_frequencies(T, d, dtype=torch.float32):
-    """One frequency per column: div = 10000 ** (arange(d) / d), sin even, cos odd."""
-    angles = torch.arange(T, dtype=dtype)[:, None] / 10000 ** (torch.arange(d, dtype=dtype) / d)
-    out = angles.clone()
-    out[:, 0::2], out[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
-    return out
-
-
-def table_loop_doubled(T, d, dtype=torch.float32):
-    """The loop over even columns, with 2 * i in the exponent of the sine and 2 * (i + 1) in
-    the cosine's."""
-    out = torch.zeros(T, d, dtype=dtype)
-    for p in range(T):
-        for i in range(0, d, 2):
-            out[p, i] = math.sin(p / 10000 ** (2 * i / d))
-            out[p, i + 1] = math.cos(p / 10000 ** (2 * (i + 1) / d))
-    return out
-
-
-def table_range_step_doubled(T, d, dtype=torch.float32):
-    """i = arange(0, d, 2) already counts 2i, and the exponent doubles it again."""
-    i = torch.arange(0, d, 2, dtype=dtype)
-    angles = torch.arange(T, dtype=dtype)[:, None] * 10000 ** (-2 * i / d)
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(T, d)
-
-
-def table_transposed(T, d, dtype=torch.float32):
-    return sinusoidal_table(T, d, dtype).T
-
-
-def table_sines(T, d, dtype=torch.float32):
-    return sinusoidal_table(T, d, dtype)[:, 0::2]
-
-
-def table_batched(T, d, dtype=torch.float32):
-    return sinusoidal_table(T, d, dtype).unsqueeze(0)
-
-
-def table_in_float32(T, d, dtype=torch.float32):
-    """Computed in float32 whatever the dtype, converted at the end."""
-    return sinusoidal_table(T, d).to(dtype)
-
-
-def table_ignores_dtype(T, d, dtype=torch.float32):
-    return sinusoidal_table(T, d)
-
-
-def table_without_dtype(T, d):
-    """The signature without the dtype argument."""
-    return sinusoidal_table(T, d)
-
-
-def table_float_size(T, d, dtype=torch.float32):
-    angles = torch.arange(T, dtype=dtype)[:, None] / 10000 ** (torch.arange(d / 2) * 2 / d)
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).view(T, d / 2 * 2)
-
-
-def _rope_with(*, start=0, exponent=lambda i, d: 2 * i / d, sign=1, use_positions=True,
-               interleave=True):
-    """A student's apply_rope with one mistake switched on (defaults: right)."""
-
-    def rope(x, positions=None):
-        T, Dh = x.shape[-2], x.shape[-1]
-        if positions is None or not use_positions:
-            positions = torch.arange(start, start + T)
-        theta = 10000.0 ** -exponent(torch.arange(Dh // 2, dtype=x.dtype), Dh)
-        angles = positions.to(x.dtype)[:, None] * theta
-        cos, sin = angles.cos(), sign * angles.sin()
-        even, odd = x[..., 0::2], x[..., 1::2]
-        new_even, new_odd = even * cos - odd * sin, even * sin + odd * cos
-        if interleave:
-            return torch.stack([new_even, new_odd], dim=-1).flatten(-2)
-        return torch.cat([new_even, new_odd], dim=-1)
-
-    return rope
-
-
-rope_sign_flipped = _named(_rope_with(sign=-1), "rope_sign_flipped")
-rope_from_1 = _named(_rope_with(start=1), "rope_from_1")
-rope_positions_ignored = _named(_rope_with(use_positions=False), "rope_positions_ignored")
-rope_exponent_i = _named(_rope_with(exponent=lambda i, d: i / d), "rope_exponent_i")
-rope_not_interleaved = _named(_rope_with(interleave=False), "rope_not_interleaved")
-
-
-def _rotate_half(x):
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat([-second, first], dim=-1)
-
-
-def rope_rotate_half(x, positions=None):
-    """LLaMA's code: the angles concatenated twice, x * cos + rotate_half(x) * sin."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T, dtype=x.dtype) if positions is None else positions.to(x.dtype)
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, Dh, 2, dtype=x.dtype) / Dh))
-    freqs = torch.outer(m, inv_freq)
-    emb = torch.cat([freqs, freqs], dim=-1)  # (T, Dh)
-    return x * emb.cos() + _rotate_half(x) * emb.sin()
-
-
-def rope_rotate_half_interleaved_angles(x, positions=None):
-    """rotate_half with the angles repeated pairwise: the two conventions mixed."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T, dtype=x.dtype) if positions is None else positions.to(x.dtype)
-    angles = torch.outer(m, 10000 ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh))
-    angles = angles.repeat_interleave(2, dim=-1)
-    return x * angles.cos() + _rotate_half(x) * angles.sin()
-
-
-def rope_adds_the_table(x, positions=None):
-    """Adds the sinusoidal table, like the absolute encoding."""
-    return x + sinusoidal_table(x.shape[-2], x.shape[-1], x.dtype)
-
-
-def rope_sin_cos_swapped(x, positions=None):
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T, dtype=x.dtype) if positions is None else positions.to(x.dtype)
-    angles = m[:, None] * 10000 ** (-torch.arange(0, Dh, 2, dtype=x.dtype) / Dh)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack([even * angles.sin() - odd * angles.cos(),
-                        even * angles.cos() + odd * angles.sin()], -1).flatten(-2)
-
-
-def rope_pairs_not_flattened(x, positions=None):
-    return apply_rope(x, positions).unflatten(-1, (x.shape[-1] // 2, 2))
-
-
-def rope_in_float32(x, positions=None):
-    """The angles in float32 whatever x's dtype (torch.arange(T).float())."""
-    T, Dh = x.shape[-2], x.shape[-1]
-    m = torch.arange(T).float() if positions is None else positions.float()
-    angles = m[:, None] * 10000 ** (-torch.arange(0, Dh, 2).float() / Dh)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack([even * angles.cos() - odd * angles.sin(),
-                        even * angles.sin() + odd * angles.cos()], -1).flatten(-2)
-
-
-def rope_returns_float32(x, positions=None):
-    return apply_rope(x, positions).float()
-
-
-def rope_no_default(x, positions):
-    return apply_rope(x, positions)
-
-
-def rope_positions_never_none(x, positions=None):
-    angles = positions.to(x.dtype)  # AttributeError when positions is None
-    return apply_rope(x, angles.long())
-
-
-def _bias_with(*, reverse=False, low=None, high=None, clip=True, shift=True, absolute=False):
-    """A student's lookup with one mistake switched on (defaults: right)."""
-
-    def lookup(table, T, S, max_distance):
-        M = max_distance
-        i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
-        offsets = i - j if reverse else j - i
-        if absolute:
-            offsets = offsets.abs()
-        if clip:
-            offsets = torch.clamp(offsets, -M if low is None else low(M),
-                                  M if high is None else high(M))
-        return table[:, offsets + M if shift else offsets]
-
-    return lookup
-
-
-bias_reversed = _named(_bias_with(reverse=True), "bias_reversed")
-bias_not_clipped = _named(_bias_with(clip=False), "bias_not_clipped")
-bias_clipped_above_only = _named(_bias_with(low=lambda M: -1000), "bias_clipped_above_only")
-bias_clip_exclusive = _named(_bias_with(low=lambda M: -M + 1, high=lambda M: M - 1),
-                             "bias_clip_exclusive")
-bias_clip_high_minus_1 = _named(_bias_with(high=lambda M: M - 1), "bias_clip_high_minus_1")
-bias_not_shifted = _named(_bias_with(shift=False), "bias_not_shifted")
-bias_distance = _named(_bias_with(absolute=True), "bias_distance")
-
-
-def bias_heads_last(table, T, S, max_distance):
-    return relative_bias(table, T, S, max_distance).permute(1, 2, 0)
-
-
-def bias_square(table, T, S, max_distance):
-    return relative_bias(table, T, T, max_distance)
-
-
-def bias_keys_down(table, T, S, max_distance):
-    return relative_bias(table, T, S, max_distance).transpose(1, 2)
-
-
-def bias_one_head(table, T, S, max_distance):
-    return relative_bias(table, T, S, max_distance)[0]
-
 
 WRONG = {
     "6.1": [
-        (table_sin_cos_swapped, ch06.HINT_SIN_COS_SWAPPED),
-        (table_exponent_i, ch06.HINT_EXPONENT_PAIR_INDEX),
-        (table_exponent_per_column, ch06.HINT_EXPONENT_PER_COLUMN),
-        (table_column_frequencies, ch06.HINT_EXPONENT_PER_COLUMN),
-        (table_range_step_doubled, ch06.HINT_EXPONENT_DOUBLED),
-        (table_loop_doubled, ch06.HINT_EXPONENT_DOUBLED),
-        (table_positive_exponent, ch06.HINT_EXPONENT_SIGN),
-        (table_halves, ch06.HINT_HALVES),
-        (table_from_1, ch06.HINT_POSITIONS_FROM_1),
-        (table_sines_only, ch06.HINT_ONE_FUNCTION),
-        (table_transposed, ch06.HINT_TABLE_TRANSPOSED),
-        (table_sines, ch06.HINT_TABLE_HALF),
-        (table_batched, ch06.HINT_TABLE_EXTRA_DIM),
-        (table_float_size, "Sizes must be ints (d // 2, not d / 2)"),
-        (table_without_dtype, "keep the dtype argument"),
+        (at_sin_cos_swapped, ch06.HINT_SIN_COS_SWAPPED),
+        (at_pair_index, ch06.HINT_EXPONENT_PAIR_INDEX),
+        (at_growing, ch06.HINT_EXPONENT_SIGN),
+        (at_halves, ch06.HINT_HALVES),
+        (at_the_page_s_table, ch06.HINT_POSITIONS_IGNORED),
+        (at_integer_positions, ch06.HINT_POSITIONS_ROUNDED),
+        (at_base_ignored, ch06.HINT_BASE_IGNORED),
+        (at_distance, ch06.HINT_POSITIONS_ABSOLUTE),
     ],
     "6.2": [
-        (rope_rotate_half, ch06.HINT_ROPE_HALF_SPLIT),
-        (rope_rotate_half_interleaved_angles, ch06.HINT_ROPE_MIXED),
-        (rope_sign_flipped, ch06.HINT_ROPE_SIGN),
-        (rope_from_1, ch06.HINT_ROPE_FROM_1),
-        (rope_positions_ignored, ch06.HINT_ROPE_POSITIONS_IGNORED),
-        (rope_exponent_i, ch06.HINT_ROPE_EXPONENT_PAIR_INDEX),
-        (rope_not_interleaved, ch06.HINT_ROPE_NOT_INTERLEAVED),
-        (rope_adds_the_table, ch06.HINT_ROPE_ADDED),
-        (rope_sin_cos_swapped, ch06.HINT_ROPE_SIN_COS_SWAPPED),
-        (rope_pairs_not_flattened, ch06.HINT_ROPE_NOT_FLAT),
-        (rope_no_default, "give it the default positions=None"),
-        (rope_positions_never_none, "positions is None unless it is given"),
+        (half_the_page_s_rope, ch06.HINT_HALF_INTERLEAVED),
+        (half_backwards, ch06.HINT_HALF_SIGN),
+        (half_halves_swapped, ch06.HINT_HALF_HALVES_SWAPPED),
+        (half_positions_ignored, ch06.HINT_HALF_POSITIONS_IGNORED),
+        (half_pair_index, ch06.HINT_HALF_EXPONENT),
+        (half_angles_interleaved, ch06.HINT_HALF_MIXED),
     ],
     "6.3": [
-        (bias_reversed, ch06.HINT_OFFSET_REVERSED),
-        (bias_not_clipped, "clip them to [-M, M]"),
-        (bias_clipped_above_only, ch06.HINT_CLIP_ONE_SIDE),
-        (bias_clip_exclusive, ch06.HINT_CLIP_OFF_BY_ONE),
-        (bias_clip_high_minus_1, ch06.HINT_CLIP_OFF_BY_ONE),
-        (bias_not_shifted, ch06.HINT_NO_SHIFT),
-        (bias_distance, ch06.HINT_ABSOLUTE_OFFSET),
-        (bias_heads_last, ch06.HINT_BIAS_HEADS_LAST),
-        (bias_square, ch06.HINT_BIAS_KEYS),
-        (bias_keys_down, ch06.HINT_BIAS_TRANSPOSED),
-        (bias_one_head, ch06.HINT_BIAS_NO_HEADS),
+        (alibi_reversed, ch06.HINT_ALIBI_REVERSED),
+        (alibi_heads_from_0, ch06.HINT_ALIBI_FROM_0),
+        (alibi_a_bonus, ch06.HINT_ALIBI_SIGN),
+        (alibi_signed, ch06.HINT_ALIBI_NO_ABS),
+        (alibi_offset_ignored, ch06.HINT_ALIBI_OFFSET),
+        (alibi_linear, ch06.HINT_ALIBI_LINEAR),
+        (alibi_every_h, ch06.HINT_ALIBI_POWER_OF_TWO),
+        (alibi_keys_default_t, ch06.HINT_ALIBI_KEYS),
+        (alibi_float64, ch06.HINT_ALIBI_DTYPE),
     ],
+    "6.4": [
+        (debug_untouched, ch06.PREFIX_DEBUG_SEVERAL),
+        (debug_exponent, ch06.HINT_DEBUG_EXPONENT),
+        (debug_first_row_for_all, ch06.HINT_DEBUG_ROWS),
+        (debug_a_shear, ch06.HINT_DEBUG_SIGN),
+        (debug_mixed_pairs, ch06.HINT_DEBUG_PAIRS),
+        (debug_rows_and_sign, ch06.debug_hint(frozenset({"rows", "sign"}))),
+        (debug_backwards, ch06.HINT_DEBUG_BACKWARDS),
+        (debug_pairs_not_flattened, ch06.HINT_DEBUG_SHAPE),
+    ],
+    "6.5": [
+        (lookback_untrained, ch06.HINT_LOOKBACK_UNTRAINED),
+        (lookback_the_page_s_distance, ch06.HINT_LOOKBACK_TRAIN),
+        (lookback_not_shifted, ch06.HINT_LOOKBACK_TRAIN),
+        (lookback_too_few_steps, ch06.HINT_LOOKBACK_PARTIAL),
+        (lookback_returns_a_wrapped_state, "the state_dict lacks"),
+    ],
+    "6.6": [(lambda: 2 * math.pi * 10000, ch06.HINT_Q_WAVELENGTH_BOUND),
+            (lambda: 10000 ** (62 / 64), ch06.HINT_Q_WAVELENGTH_NO_2PI),
+            (lambda: 2 * math.pi * 10000 ** (31 / 64), ch06.HINT_Q_WAVELENGTH_EXPONENT),
+            (lambda: 6.28, ch06.HINT_Q_WAVELENGTH)],
+    "6.7": [(lambda: 32, ch06.HINT_Q_UNTRAINED_BUCKET), (lambda: 1, ch06.HINT_Q_UNTRAINED_FUTURE),
+            (lambda: 65, ch06.HINT_Q_UNTRAINED), (lambda: 33.0, "a whole number")],
 }
 
+
 def stub(*args):
-    raise NotImplementedError("Task 6.1: write sinusoidal_table")
+    raise NotImplementedError("Task 6.1: write sinusoidal_at")
 
-
-# ---------------------------------------------------------------------------------------------
-# The chapter's tables, for the tests every chapter's checks must pass (test_checks_common.py)
-# ---------------------------------------------------------------------------------------------
 
 CHAPTER = Chapter(
     assignment="06_positional",
-    tasks={"6.1": ("sinusoidal_table", 3, 10), "6.2": ("apply_rope", 4, 10),
-           "6.3": ("relative_bias", 4, 10)},
+    tasks={"6.1": ("sinusoidal_at", 3, 6), "6.2": ("rope_rotate_half", 3, 5),
+           "6.3": ("alibi_bias", 4, 9), "6.4": ("rope_batch", 3, 6),
+           "6.5": ("train_lookback", 3, 6), "6.6": ("slowest_wavelength", 1, 1),
+           "6.7": ("untrained_biases", 1, 1)},
     hints=ch06,
     correct=CORRECT,
     wrong=WRONG,
     stub=stub,
-    min_public=3,
-    min_hidden=5,
-    public_points=(3, 5),
-    forbidden=("coursepkg.positional", "coursepkg.transformer", "coursepkg.checks"),
-    package="coursepkg.positional",
+    min_public=1,
+    min_hidden=1,
+    public_points=(1, 4),
+    forbidden=(),  # the questions forbid their keys only
+    package="coursepkg.transformer",  # the train task runs coursepkg.positional in its model
     not_finite_hint=ch06.HINT_NOT_FINITE,
     failure_reports=(
-        ("6.2", rope_positions_ignored, "Task 6.2 apply_rope: 3/4 points",
-         ("  FAIL  [0/1] 4 new tokens at positions 3, 4, 5, 6 (the first 3 are cached): "
-          + ch06.HINT_ROPE_POSITIONS_IGNORED,)),
-        ("6.3", bias_reversed, "Task 6.3 relative_bias: 0/4 points", ()),
-        ("6.2", rope_rotate_half, "Task 6.2 apply_rope: 0/4 points", (ch06.HINT_ROPE_HALF_SPLIT,)),
+        ("6.2", half_the_page_s_rope, "Task 6.2 rope_rotate_half: 0/3 points",
+         ("  FAIL  [0/1] 2 sequences of 5 rows at positions 7 .. 11, Dh = 8: "
+          + ch06.HINT_HALF_INTERLEAVED,)),
+        ("6.3", alibi_offset_ignored, "Task 6.3 alibi_bias: 3/4 points",
+         ("  FAIL  [0/1] 4 heads, 3 new queries at positions 4 .. 6 against 7 keys: "
+          + ch06.HINT_ALIBI_OFFSET,)),
+        ("6.4", debug_untouched, "Task 6.4 rope_batch: 0/3 points",
+         (ch06.PREFIX_DEBUG_SEVERAL,)),
     ),
-    seeded=("6.2", "6.3"),  # a sinusoidal table is a function of its sizes alone
-    scalar_inputs=("6.1",),
+    typed=("6.1", "6.2", "6.4"),
+    seeded=("6.1", "6.2", "6.4", "6.5"),
+    scalar_inputs=("6.3", "6.6", "6.7"),
+    exact_results=("6.5", "6.6", "6.7"),
+    more_hints=frozenset(ch06.debug_hint(bugs) for bugs in ch06.BUG_SETS),
+    crashes_excused=True,  # a heads dim forgotten crashes where B and H differ
     wrong_types=(
-        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).tolist(),
-         "expected the table as a torch.Tensor, got list"),
-        ("6.1", lambda T, d, dtype: sinusoidal_table(T, d, dtype).numpy(), "got ndarray"),
-        ("6.2", lambda x, positions=None: None,
-         "expected the rotated x as a torch.Tensor, got NoneType"),
-        ("6.2", lambda x, positions=None: (apply_rope(x, positions), x), "got tuple"),
-        ("6.3", lambda *a: relative_bias(*a).long(), "got dtype torch.int64"),
-        ("6.3", lambda *a: relative_bias(*a).unbind(0), "got tuple"),
+        ("6.1", lambda *a: sinusoidal_at(*a).tolist(),
+         "expected the encoding as a torch.Tensor, got list"),
+        ("6.2", lambda *a: None, "expected the rotated x as a torch.Tensor, got NoneType"),
+        ("6.3", lambda *a: alibi_bias(*a).long(), "got dtype torch.int64"),
+        ("6.3", lambda *a: alibi_bias(*a).unbind(0), "got tuple"),
+        ("6.4", lambda *a: (rope_batch(*a), a[0]), "got tuple"),
+        ("6.5", lambda *a: [1.0], "expected the trained model or its state_dict(), got list"),
+        ("6.6", lambda: "47117", "a number (an int or a float), got a str"),
+        ("6.7", lambda: 33.0, "a whole number (an int), got a float"),
     ),
-    hidden_type_hints={"6.3": "Return one tensor, (H, T, S)."},
     forged={
-        "6.1": lambda good: [{**good, "shape": [48]}, {**good, "dtype": None}],
-        "6.2": lambda good: [
-            {**good, "shape": [4, 5]}, {**good, "data": ["1"] * 20}, {**good, "dtype": 3},
-            {**good, "extra": 1}, {**good, "shape": [5, 4, 1]}, {**good, "data": good["data"][:-1]},
-        ],
+        "6.1": lambda good: [{**good, "shape": [3]}, {**good, "dtype": None}],
+        "6.3": lambda good: [{**good, "data": ["1"] * len(good["data"])},
+                             {**good, "shape": [len(good["data"])]}, {**good, "extra": 1}],
     },
-    forbidden_calls={
-        **dict.fromkeys((pos.sinusoidal_encoding, pos.rope_angles, pos.RelativePositionBias.forward,
-                         pos.RelativePositionBias.offsets, pos.LearnedPositionalEmbedding.forward),
-                        "coursepkg.positional"),
-        pos.apply_rope: None, ch06.sinusoidal_table: None, ch06.relative_bias: None,
-    },
-    allowed_calls=(torch.sin, torch.cos, torch.stack, torch.cat, torch.arange, torch.Tensor.clamp,
-                   torch.Tensor.flatten, torch.polar, torch.view_as_complex, F.one_hot,
-                   torch.einsum),
+    forbidden_calls={ch06.train_lookback: None},  # its model runs coursepkg.positional
+    allowed_calls=(torch.sin, torch.cos, torch.stack, torch.cat, torch.arange,
+                   torch.Tensor.flatten, torch.polar, torch.view_as_complex, torch.einsum),
 )
 
 
-def _args(task_id, case):
-    return checks.get_task(task_id).build_args(case.args)
-
-
-def _offsets_beyond(case):
-    """(below -M, above M): whether some offset j - i of the case needs clipping on each side."""
-    a = case.args
-    return a["T"] - 1 > a["M"], a["S"] - 1 > a["M"]
-
-
 # ---------------------------------------------------------------------------------------------
-# The registry and the cases
+# The kinds, the shares, and a submission that pastes the book
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_edge_cases_are_there():
-    table = checks.get_task("6.1")
-    assert any(c.args["T"] == 1 for c in hidden_cases(table))
-    assert any(c.args["d"] == 2 for c in hidden_cases(table))
-    assert any((c.args["d"] // 2) % 2 == 1 for c in hidden_cases(table))
-    rope = checks.get_task("6.2")
-    shapes = [c.args["shape"] for c in hidden_cases(rope)]
-    assert any(s[-2] == 1 for s in shapes) and any(s[-1] == 2 for s in shapes)
-    assert {len(s) for s in (c.args["shape"] for c in all_cases(rope))} == {2, 3, 4}
-    assert {c.args["layout"] for c in hidden_cases(rope)} == {"contiguous", "heads view"}
-    bias = checks.get_task("6.3")
-    assert any(c.args["T"] == c.args["S"] == 1 for c in hidden_cases(bias))
-    assert any(c.args["H"] == 1 for c in hidden_cases(bias))
+def test_the_kinds_and_their_shares():
+    """No task asks for a function the page shows; formulas are at most a third of the
+    points, and every other kind the design asks for is there."""
+    points = checks.points_by_kind("06_positional")
+    assert points == {"formula": 11.0, "extension": 9.0, "train": 6.0, "debug": 6.0,
+                      "question": 2.0}
+    assert points["formula"] <= sum(points.values()) / 3
+    shown = {"sinusoidal_encoding", "apply_rope", "rope_angles", "offsets", "forward",
+             "relative_bias", "sinusoidal_table", "train_echo"}
+    assert not shown & {task.func_name for task in checks.tasks_for("06_positional")}
 
 
-def test_the_public_cases_let_the_mistakes_show():
-    """Enough frequencies for a wrong exponent to show; enough pairs for the half-split
-    pairing; given positions that do not start at 0; offsets beyond M on both sides, queries
-    and keys of different numbers."""
-    assert all(c.args["d"] >= 6 and c.args["T"] >= 3 for c in checks.get_task("6.1").public_cases)
-    rope = checks.get_task("6.2").public_cases
-    assert all(c.args["shape"][-1] >= 4 and c.args["shape"][-2] >= 4 for c in rope)
-    given = [c.args["positions"] for c in rope if c.args["positions"] is not None]
-    assert given and all(p[0] != 0 for p in given)
-    assert any(c.args["positions"] is None for c in rope)
-    bias = checks.get_task("6.3").public_cases
-    assert any(all(_offsets_beyond(c)) for c in bias)
-    assert any(c.args["T"] > c.args["S"] for c in bias) and any(c.args["T"] < c.args["S"]
-                                                                for c in bias)
-    assert any(not any(_offsets_beyond(c)) for c in bias)
-    assert all(c.args["H"] > 1 for c in bias)
-    # no shape of the right values is ambiguous: (T, S, H) and (H, S, T) differ from (H, T, S)
-    # wherever S != T
-    for c in bias:
-        H, T, S = c.args["H"], c.args["T"], c.args["S"]
-        if S != T:
-            assert len({(H, T, S), (T, S, H), (H, S, T)}) == 3, c.name
+def test_the_extension_s_reference_is_not_in_a_module_the_book_includes():
+    assert not hasattr(pos, "alibi_bias") and not hasattr(pos, "alibi_slopes")
+    assert ch06.alibi_bias.__module__ == "coursepkg.checks.ch06_positional"
 
 
-def test_the_float64_cases_are_wide_enough_for_float32_rounding_to_show():
-    """sin of float32 angles is off by more than float64's tolerance in the hidden float64
-    cases (the largest angles there are tens of radians in a slow pair)."""
-    for task_id, func in (("6.1", table_in_float32), ("6.2", rope_in_float32)):
+def test_no_reference_is_the_code_the_page_shows(monkeypatch):
+    """The references of tasks 6.1 to 6.4 are the checks' own: they run with the package's
+    positional code out of reach (the share of points copied from the book is 0)."""
+
+    def out_of_reach(*args, **kwargs):
+        raise AssertionError("a reference called the page's code")
+
+    for name in ("apply_rope", "rope_angles", "RelativePositionBias"):
+        monkeypatch.setattr(ch06, name, out_of_reach)
+    for task_id in ("6.1", "6.2", "6.3", "6.4"):
         task = checks.get_task(task_id)
-        (case,) = [c for c in hidden_cases(task) if c.args["dtype"] == "float64"]
-        got = func(*task.build_args(case.args))
-        expected = task.reference(*task.build_args(case.args))
-        assert not torch.allclose(got, expected, rtol=1e-7, atol=1e-7)
-        torch.testing.assert_close(got.float(), expected.float())
+        for case in all_cases(task):
+            task.reference(*task.build_args(case.args))
 
 
-def test_inputs_are_reproducible_and_fresh():
-    for task_id, case_index in (("6.2", 2), ("6.3", 0)):
-        task = checks.get_task(task_id)
-        case = task.cases[case_index]
-        first, second = task.build_args(case.args), task.build_args(case.args)
-        assert torch.equal(first[0], second[0]) and first[0] is not second[0]
-        float64 = task.build_args({**case.args, "dtype": "float64"})
-        assert float64[0].dtype == torch.float64
-        torch.testing.assert_close(float64[0].float(), first[0])
-    x, positions = _args("6.2", checks.get_task("6.2").cases[3])
-    assert positions.dtype == torch.long and positions.tolist() == [3, 4, 5, 6]
-    assert _args("6.1", hidden_cases(checks.get_task("6.1"))[0])[2] == torch.float64
+def paste_at(positions, d, base=10000.0):
+    """The page's sinusoidal_encoding, called: the table of 0 .. N-1."""
+    return pos.sinusoidal_encoding(len(positions), d, base, positions.dtype)
 
 
-def test_the_heads_view_is_really_one():
-    for case in all_cases(checks.get_task("6.2")):
-        x = _args("6.2", case)[0]
-        assert x.is_contiguous() == (case.args["layout"] == "contiguous"), case.name
-        assert list(x.shape) == case.args["shape"]
+def paste_rope(x, positions):
+    """The page's apply_rope, called."""
+    return pos.apply_rope(x, positions)
 
 
-def test_references_agree_with_the_formulas():
-    """The references against the definitions written out with Python floats."""
-    for case in all_cases(checks.get_task("6.1")):
-        T, d, dtype = _args("6.1", case)
-        table = ch06.sinusoidal_table(T, d, dtype)
-        assert table.dtype == dtype and table.shape == (T, d)
-        for p in range(T):
-            for i in range(d // 2):
-                w = 10000 ** (-2 * i / d)
-                assert table[p, 2 * i].item() == pytest.approx(math.sin(p * w), abs=1e-6)
-                assert table[p, 2 * i + 1].item() == pytest.approx(math.cos(p * w), abs=1e-6)
-    for case in all_cases(checks.get_task("6.2")):
-        args = _args("6.2", case)
-        x = args[0]
-        T, Dh = x.shape[-2], x.shape[-1]
-        m = args[1].tolist() if len(args) > 1 else list(range(T))
-        out = pos.apply_rope(*args)
-        flat_x, flat_out = x.reshape(-1, T, Dh), out.reshape(-1, T, Dh)
-        for t in range(T):
-            for i in range(Dh // 2):
-                a = m[t] * 10000 ** (-2 * i / Dh)
-                e, o = flat_x[:, t, 2 * i].double(), flat_x[:, t, 2 * i + 1].double()
-                torch.testing.assert_close(flat_out[:, t, 2 * i].double(),
-                                           e * math.cos(a) - o * math.sin(a),
-                                           atol=1e-5, rtol=1e-5)
-                torch.testing.assert_close(flat_out[:, t, 2 * i + 1].double(),
-                                           e * math.sin(a) + o * math.cos(a),
-                                           atol=1e-5, rtol=1e-5)
-    for case in all_cases(checks.get_task("6.3")):
-        table, T, S, M = _args("6.3", case)
-        bias = ch06.relative_bias(table, T, S, M)
-        assert bias.shape == (table.shape[0], T, S) and not bias.requires_grad
-        for i in range(T):
-            for j in range(S):
-                assert torch.equal(bias[:, i, j], table[:, min(max(j - i, -M), M) + M])
+def paste_alibi(n_heads, T, S=None, offset=0):
+    """The page's relative bias, the nearest it shows, its table set to -|s - t|."""
+    M = offset + T + (0 if S is None else S)
+    layer = pos.RelativePositionBias(n_heads, M)
+    with torch.no_grad():
+        layer.bias.copy_(-torch.arange(-M, M + 1).abs().float().expand(n_heads, -1))
+        return layer(T, S, offset=offset)
 
 
-# ---------------------------------------------------------------------------------------------
-# Correct implementations: full marks
-# ---------------------------------------------------------------------------------------------
+def paste_rope_batch(x, positions, base=10000.0):
+    """The page's apply_rope, pasted: it takes positions of shape (T,) only."""
+    T = x.shape[-2]
+    if positions.shape != (T,):
+        raise ValueError(f"expected positions of shape ({T},), got {tuple(positions.shape)}")
+    return half_the_page_s_rope(x, positions)
 
 
-def test_float32_angles_are_close_enough_for_the_float32_cases():
-    for task_id, func in (("6.1", table_in_float32), ("6.2", rope_in_float32)):
-        result = run_task(task_id, func, hidden=True)
-        failed = [case.name for case in result.cases if case.status != "passed"]
-        assert failed == ["hidden: float64"], (task_id, failed)
+def paste_lookback(tokens, seed):
+    """The page's echo training loop, pasted: fresh echo batches, 5 positions back."""
+    torch.manual_seed(seed)
+    model = ch06.LookbackModel()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(100 + seed)
+    for _ in range(150):
+        batch = torch.randint(0, ch06.LOOKBACK_SYMBOLS, (32, 32), generator=generator)
+        loss = F.cross_entropy(model(batch)[:, 5:].reshape(-1, ch06.LOOKBACK_SYMBOLS),
+                               batch[:, :-5].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def test_a_book_paster_gets_at_most_the_formula_share():
+    """Each function delegating to the code the chapter page shows, as far as that goes (the
+    page's table, its RoPE, its relative bias with a hand-set table, its echo loop), and the
+    page's sentences for the questions: the grader gives at most the formula tasks' share."""
+    pasted = {"6.1": paste_at, "6.2": paste_rope, "6.3": paste_alibi, "6.4": paste_rope_batch,
+              "6.5": paste_lookback, "6.6": lambda: 2 * math.pi * 10000, "6.7": lambda: 32}
+    earned = {task_id: run_task(task_id, func, hidden=True).points
+              for task_id, func in pasted.items()}
+    assert sum(earned.values()) <= checks.points_by_kind("06_positional")["formula"]
+    assert earned["6.4"] == earned["6.5"] == 0
+    assert run_task("6.1", at_the_page_s_table, hidden=True).points == 0
+    # the page's RoPE pasted: right only where the two pairings agree, one pair (Dh = 2)
+    result = run_task("6.2", half_the_page_s_rope, hidden=True)
+    assert [case.name for case in result.cases if case.status == "passed"] == [
+        "hidden: one pair (Dh = 2), one position"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Wrong implementations: lose points and get the hint that names their mistake
+# Tasks 6.1 to 6.3
 # ---------------------------------------------------------------------------------------------
 
 
-def test_sine_cosine_and_position_mistakes_show_in_every_case():
-    for func in (table_sin_cos_swapped, table_from_1, table_sines_only):
-        assert run_task("6.1", func, hidden=True).points == 0
-    result = run_task("6.2", rope_sign_flipped, hidden=True)
-    passed = {case.name for case in result.cases if case.status == "passed"}
-    assert passed == {"hidden: one position (T = 1)"}  # position 0 is not rotated at all
+def test_the_encoding_at_whole_positions_is_the_page_s_table():
+    positions = torch.arange(40, dtype=torch.float64)
+    torch.testing.assert_close(ch06.sinusoidal_at(positions, 16),
+                               pos.sinusoidal_encoding(40, 16, dtype=torch.float64))
+    torch.testing.assert_close(ch06.sinusoidal_at(positions, 8, 100.0),
+                               pos.sinusoidal_encoding(40, 8, 100.0, dtype=torch.float64))
 
 
-def test_exponent_mistakes_hide_only_where_there_is_one_frequency_or_one_position():
-    """With d = 2 there is one pair, i = 0, and every exponent gives w_0 = 1; with T = 1 every
-    angle is 0."""
-    for func in (table_exponent_i, table_range_step_doubled, table_positive_exponent):
-        result = run_task("6.1", func, hidden=True)
-        passed = {case.name for case in result.cases if case.status == "passed"}
-        assert passed == {"hidden: one position (T = 1)", "hidden: one frequency (d = 2)"}
+def test_a_shift_by_a_fraction_is_a_rotation_of_each_pair():
+    """PE(p + k) = S_k PE(p) holds for any real p and k, negative ones too."""
+    p = torch.tensor([-7.25, 0.0, 3.5, 11.125], dtype=torch.float64)
+    k, d = 2.75, 8
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    here, there = ch06.sinusoidal_at(p, d), ch06.sinusoidal_at(p + k, d)
+    sin, cos = here[:, 0::2], here[:, 1::2]
+    turned = torch.stack([sin * torch.cos(k * w) + cos * torch.sin(k * w),
+                          cos * torch.cos(k * w) - sin * torch.sin(k * w)], -1).flatten(-2)
+    torch.testing.assert_close(turned, there)
 
 
-def test_the_positive_exponent_is_named_despite_float32_rounding_of_huge_angles():
-    """p * 10000^(2i/d) reaches thousands of radians, where float32 rounding moves sin by
-    more than the usual tolerance; the mistake is still named, and the right table is not
-    taken for it."""
-    result = run_task("6.1", table_positive_exponent, hidden=True)
-    for case in result.cases:
-        if case.status != "passed":
-            assert case.message.startswith(ch06.HINT_EXPONENT_SIGN), case.name
-    task = checks.get_task("6.1")
+def test_the_6_1_cases_cover_fractions_negative_positions_and_other_bases():
+    cases = all_cases(checks.get_task("6.1"))
+    built = [checks.get_task("6.1").build_args(case.args) for case in cases]
+    assert any((p < 0).any() for p, _, _ in built)
+    assert any((p != p.round()).any() for p, _, _ in built[:3])
+    assert {base for _, _, base in built[:3]} >= {1000.0, 10000.0}
+    assert any(d == 2 for _, d, _ in built) and any(len(p) == 1 for p, _, _ in built)
+
+
+def test_rotate_half_is_the_page_s_rope_up_to_a_permutation():
+    """Reading the halves as neighbours (the permutation P) turns one convention into the
+    other: rope_half(x) = P^-1 apply_rope(P x), and both keep norms and scores relative."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 7, 8, generator=gen, dtype=torch.float64)
+    positions = torch.tensor([4, 0, 9, 2, 2, 30, 5])
+    half = ch06.rope_rotate_half(x, positions)
+    torch.testing.assert_close(half, _deinterleave(pos.apply_rope(_interleave(x), positions)))
+    torch.testing.assert_close(half.norm(dim=-1), x.norm(dim=-1))
+    q, k = x[0, :1], x[1, :1]
+    scores = [(ch06.rope_rotate_half(q, torch.tensor([m + 3]))
+               @ ch06.rope_rotate_half(k, torch.tensor([m])).T).item() for m in (0, 5, 40)]
+    assert max(scores) - min(scores) < 1e-10
+    assert not torch.allclose(half, pos.apply_rope(x, positions))  # another function of x
+
+
+def test_the_slopes_are_the_paper_s():
+    assert ch06.alibi_slopes(8) == [2 ** -h for h in range(1, 9)]
+    for n in (1, 2, 3, 5, 6, 12, 16, 20):
+        assert ch06.alibi_slopes(n) == pytest.approx(_paper_slopes(n), rel=1e-12), n
+    assert ch06.alibi_slopes(6) == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8,
+                                                  2 ** -1, 2 ** -3])
+
+
+def test_alibi_with_a_cache_is_the_last_rows_of_the_full_bias():
+    """The T rows computed with an offset are the last rows over offset + T positions, and
+    with scores of 0 its weights fall with the distance, every head more steeply than the
+    next one."""
+    full = ch06.alibi_bias(8, 10)
+    torch.testing.assert_close(ch06.alibi_bias(8, 3, offset=7), full[:, 7:])
+    torch.testing.assert_close(ch06.alibi_bias(8, 1, offset=9), full[:, 9:])
+    assert (full.diagonal(dim1=1, dim2=2) == 0).all() and (full <= 0).all()
+    weights = full[:, -1].softmax(dim=-1)  # (H, S): the last query
+    assert (weights.diff(dim=-1) > 0).all()  # nearer keys weigh more
+    assert (weights[:-1, -1] > weights[1:, -1]).all()  # a steeper head looks closer
+
+
+def test_the_alibi_cases_cover_what_the_task_promises():
+    cases = [case.args for case in all_cases(checks.get_task("6.3"))]
+    public = cases[:4]
+    assert any(a["offset"] > 0 and a["S"] is None for a in public)
+    assert any(a["S"] is not None and a["S"] > a["offset"] + a["T"] for a in public)
+    assert any(a["H"] & (a["H"] - 1) for a in public)  # not a power of two
+    assert any(a["T"] == 1 and a["offset"] > 0 for a in cases)
+    assert any(a["H"] == 1 for a in cases)
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.4, the debug task
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_combination_of_bugs_is_named():
+    task = checks.get_task("6.4")
+    case = task.cases[0]
+    for bugs in ch06.BUG_SETS:
+        func = with_bugs(*sorted(bugs))
+        result = checks.grade_output(task, case, checks.student_output(task, case, func))
+        assert result.status == "failed"
+        assert result.message.startswith(ch06.debug_hint(bugs)), (sorted(bugs), result.message)
+    assert len(ch06.BUG_SETS) == 15
+
+
+def test_the_untouched_starter_code_fails_every_case():
+    result = run_task("6.4", debug_untouched, hidden=True)
+    assert result.points == 0 and result.status == "failed"
+    assert {case.status for case in result.cases} == {"failed"}
+
+
+def test_the_fixed_function_has_the_behaviour_the_task_names():
+    """Norms kept, each row at its own positions, scores depending on the offset only; the
+    starter code breaks the first and the second."""
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 2, 5, 8, generator=gen, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [3, 4, 5, 6, 7]])
+    out = ch06.rope_batch(x, positions)
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
+    for b in range(3):
+        torch.testing.assert_close(out[b], pos.apply_rope(x[b], positions[b]))
+    shifted = ch06.rope_batch(x, positions + 5)
+    torch.testing.assert_close(shifted @ shifted.transpose(-2, -1), out @ out.transpose(-2, -1))
+    starter = debug_untouched(x, positions)
+    assert not torch.allclose(starter.norm(dim=-1), x.norm(dim=-1))
+    assert not torch.allclose(debug_first_row_for_all(x, positions)[1], out[1])
+
+
+def test_the_debug_cases_give_each_sequence_its_own_positions():
+    for case in all_cases(checks.get_task("6.4")):
+        rows = case.args["positions"]
+        assert len(rows) == case.args["B"] >= 2 and len({tuple(row) for row in rows}) > 1
+        assert case.args["Dh"] >= 4
+
+
+def test_the_page_s_rope_cannot_take_the_debug_task_s_positions():
+    x, positions = checks.get_task("6.4").build_args(checks.get_task("6.4").cases[0].args)
+    with pytest.raises(ValueError, match="positions of shape"):
+        pos.apply_rope(x, positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Task 6.5, the train task
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_reference_reaches_the_target_on_three_seeds(seed):
+    tokens = ch06.lookback_data(seed, ch06.LOOKBACK_TRAIN)
+    model = ch06.train_lookback(tokens, seed)
+    held_out = ch06.lookback_data(seed + 1000, ch06.LOOKBACK_HELD_OUT, ch06.LOOKBACK_TEST_LENGTH)
+    assert ch06.lookback_accuracy(model, held_out) >= ch06.LOOKBACK_BANDS[0][0]
+
+
+@pytest.mark.parametrize("func", [train_lookback, train_lookback_epochs])
+def test_other_correct_trainings_get_full_marks(func):
+    result = run_task("6.5", func, hidden=True)
+    assert result.status == "passed" and result.points == result.max_points == 6, result
+
+
+@pytest.mark.parametrize(("func", "most"), [
+    (lookback_untrained, 0.0), (lookback_the_page_s_distance, 0.0),
+    (lookback_not_shifted, 0.0), (lookback_too_few_steps, 4.5)])
+def test_short_or_wrong_trainings_get_a_low_band_or_nothing(func, most):
+    result = run_task("6.5", func, hidden=True)
+    assert result.points <= most, (func.__name__, result)
+    if most:
+        assert 0 < result.points and {c.status for c in result.cases} == {"partial"}
+
+
+def test_the_held_out_sequences_are_longer_and_never_reach_the_student():
+    task = checks.get_task("6.5")
     for case in all_cases(task):
-        plain = task.to_plain(sinusoidal_table(*task.build_args(case.args)))
-        T, d, _ = task.build_args(case.args)
-        assert not ch06._growing_frequencies(plain, T, d, case.args["dtype"]) or d == 2 or T == 1
+        assert "_heldout" in case.args and "_heldout" not in student_args(case.args)
+        tokens, seed = task.build_args(student_args(case.args))
+        held_out = task.expected(case.args)
+        assert seed == case.args["seed"]
+        assert tokens.shape == (ch06.LOOKBACK_TRAIN, ch06.LOOKBACK_LENGTH)
+        assert held_out.shape == (ch06.LOOKBACK_HELD_OUT, ch06.LOOKBACK_TEST_LENGTH)
+        assert not torch.equal(tokens[:5], held_out[:5, :ch06.LOOKBACK_LENGTH])
 
 
-def test_pairing_mistakes_hide_only_where_there_is_one_pair_or_one_position():
-    """With one pair every pairing is the same; at position 0 nothing turns, but features
-    put back in the wrong order still show."""
-    for func in (rope_rotate_half, rope_rotate_half_interleaved_angles):
-        result = run_task("6.2", func, hidden=True)
-        passed = {case.name for case in result.cases if case.status == "passed"}
-        assert passed == {"hidden: one position (T = 1)", "hidden: one pair (Dh = 2)"}, func
-    result = run_task("6.2", rope_not_interleaved, hidden=True)
-    assert {case.name for case in result.cases if case.status == "passed"} == {
-        "hidden: one pair (Dh = 2)"}
+def test_the_lookback_model_is_causal_and_runs_at_any_length():
+    torch.manual_seed(0)
+    model = ch06.LookbackModel()
+    tokens = ch06.lookback_data(4, 3, 12)
+    changed = tokens.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % ch06.LOOKBACK_SYMBOLS
+    with torch.no_grad():
+        torch.testing.assert_close(model(changed)[:, :8], model(tokens)[:, :8])
+        assert model(ch06.lookback_data(4, 2, 50)).shape == (2, 50, ch06.LOOKBACK_SYMBOLS)
+    shapes = {name: tuple(t.shape) for name, t in ch06.LookbackModel().state_dict().items()}
+    assert shapes == ch06.LOOKBACK_SHAPES
 
 
-def test_the_position_mistakes_show_only_where_they_matter():
-    """Counting from 1 costs the cases without positions; ignoring the positions costs the
-    cases with them."""
-    task = checks.get_task("6.2")
-    given = [case.args["positions"] is not None for case in all_cases(task)]
-    result = run_task("6.2", rope_from_1, hidden=True)
-    assert [case.status == "passed" for case in result.cases] == given
-    result = run_task("6.2", rope_positions_ignored, hidden=True)
-    assert [case.status == "passed" for case in result.cases] == [not g for g in given]
-    for case in result.cases:
-        if case.status != "passed":
-            assert case.message.startswith(ch06.HINT_ROPE_POSITIONS_IGNORED)
+def test_the_forbidden_calls_of_the_train_task_let_its_model_run():
+    from coursepkg.checks.forbidden import Tripwire
+
+    train = Tripwire(checks.get_task("6.5"))
+    assert train.forbidden_callable(pos.apply_rope) is None  # LookbackModel runs it
+    assert train.forbidden_callable(ch06.train_lookback) is not None
+    for task_id in ("6.1", "6.2", "6.3", "6.4"):
+        wire = Tripwire(checks.get_task(task_id))
+        for func in (pos.apply_rope, pos.sinusoidal_encoding, pos.rope_angles,
+                     pos.RelativePositionBias.forward, pos.Rotary.forward):
+            assert wire.forbidden_callable(func) == "coursepkg.positional", (task_id, func)
 
 
-def test_the_clipping_mistakes_show_only_where_offsets_exceed_m():
-    """Without clipping an index past the table raises IndexError (named by the task's hint)
-    and a negative one wraps round (named by the values); where no offset exceeds M the
-    unclipped lookup is right."""
-    task = checks.get_task("6.3")
-    result = run_task("6.3", bias_not_clipped, hidden=True)
-    for case, outcome in zip(all_cases(task), result.cases, strict=True):
-        below, above = _offsets_beyond(case)
-        if not (below or above):
-            assert outcome.status == "passed", case.name
-        elif above:
-            assert outcome.status == "error", case.name
-            assert "clip them to [-M, M]" in outcome.message
-        else:
-            assert outcome.status in ("failed", "error"), case.name
-    result = run_task("6.3", bias_clipped_above_only, hidden=True)
-    for case, outcome in zip(all_cases(task), result.cases, strict=True):
-        assert (outcome.status == "passed") == (not _offsets_beyond(case)[0]), case.name
-    result = run_task("6.3", bias_clip_exclusive, hidden=True)
-    for case, outcome in zip(all_cases(task), result.cases, strict=True):
-        T, S, M = case.args["T"], case.args["S"], case.args["M"]
-        touches = T - 1 >= M or S - 1 >= M  # some offset reaches +-M
-        assert (outcome.status == "passed") == (not touches), case.name
+# ---------------------------------------------------------------------------------------------
+# The questions
+# ---------------------------------------------------------------------------------------------
 
 
-def test_the_heads_last_mistake_is_named_even_when_the_shape_is_right():
-    """(T, S, H) is named from its shape, and from its values where H = T = S."""
-    result = run_task("6.3", bias_heads_last)
-    assert all(case.message.startswith(ch06.HINT_BIAS_HEADS_LAST) for case in result.cases)
-    square = [c for c in checks.get_task("6.3").public_cases
-              if c.args["H"] == c.args["T"] == c.args["S"]]
-    assert square, "a public case with H = T = S"
+def test_the_questions_keys_follow_the_package_and_other_answers_are_right_too():
+    assert ch06.slowest_wavelength_key() == pytest.approx(2 * math.pi * 10000 ** (62 / 64))
+    assert ch06.untrained_biases_key() == 33 == 32 + 1
+    for task_id, answer in (("6.6", 47117.24), ("6.6", 2 * math.pi * 10000 ** (62 / 64)),
+                            ("6.7", 33)):
+        assert run_task(task_id, lambda answer=answer: answer).status == "passed"
 
 
-def test_precision_and_dtype_slips_are_named_in_the_float64_case():
-    for task_id, func, hint in [
-        ("6.1", table_in_float32, ch06.HINT_PRECISION),
-        ("6.1", table_ignores_dtype, ch06.HINT_TABLE_DTYPE),
-        ("6.2", rope_in_float32, ch06.HINT_PRECISION),
-        ("6.2", rope_returns_float32, ch06.HINT_DTYPE),
-        ("6.3", lambda *args: relative_bias(*args).float(), ch06.HINT_DTYPE),
-    ]:
+# ---------------------------------------------------------------------------------------------
+# Reports and details
+# ---------------------------------------------------------------------------------------------
+
+
+def test_precision_slips_are_named_in_the_float64_case():
+    for task_id, func in (("6.1", at_in_float32), ("6.2", half_in_float32)):
         result = run_task(task_id, func, hidden=True)
         failed = [case for case in result.cases if case.status != "passed"]
-        assert [case.name for case in failed] == ["hidden: float64"], (task_id, hint)
-        assert failed[0].message == hint
-
-
-def test_a_table_rounded_to_float32_and_back_is_within_float64_tolerance():
-    """A lookup computes nothing: a float64 table rounded to float32 and back stays within
-    float64's tolerance, so only a result left in float32 is a mistake (its dtype)."""
-
-    def rounded(table, *rest):
-        return relative_bias(table.float(), *rest).to(table.dtype)
-
-    assert run_task("6.3", rounded, hidden=True).status == "passed"
-
-
-def test_a_mistake_computed_in_float32_is_still_named_in_the_float64_case():
-    def halves_in_float32(T, d, dtype=torch.float32):
-        return table_halves(T, d).to(dtype)
-
-    result = run_task("6.1", halves_in_float32, hidden=True)
-    (case,) = [c for c in result.cases if c.name == "hidden: float64"]
-    assert case.message == ch06.HINT_HALVES
+        assert [case.name for case in failed] == [hidden_cases(checks.get_task(task_id))[0].name]
+        assert failed[0].message == ch06.HINT_PRECISION
 
 
 def test_public_failures_show_the_specifics():
-    result = run_task("6.1", table_from_1)
-    detail = result.cases[0].message.removeprefix(ch06.HINT_POSITIONS_FROM_1).strip()
-    assert detail.startswith("table[") and "expected" in detail and "values differ)." in detail
-    result = run_task("6.2", rope_pairs_not_flattened)
-    assert result.cases[0].message.endswith("Expected out of shape (5, 4), got (5, 2, 2).")
-    result = run_task("6.3", bias_square)
-    assert result.cases[1].message.endswith("Expected bias of shape (3, 4, 7), got (3, 4, 4).")
+    result = run_task("6.1", at_halves)
+    detail = result.cases[0].message.removeprefix(ch06.HINT_HALVES).strip()
+    assert detail.startswith("the encoding[") and "values differ)." in detail
+    result = run_task("6.3", alibi_keys_default_t)
+    assert result.cases[1].message.endswith("Expected the bias of shape (4, 3, 7), got "
+                                            "(4, 3, 3).")
 
 
-def test_a_crash_on_an_edge_case_costs_only_that_case():
-    def no_single_position(x, positions=None):
-        if x.shape[-2] == 1:
-            raise IndexError("index 1 is out of bounds")
-        return apply_rope(x, positions)
-
-    result = run_task("6.2", no_single_position, hidden=True)
-    bad = [case for case in result.cases if case.status != "passed"]
-    assert [case.name for case in bad] == ["hidden: one position (T = 1)"]
-    assert bad[0].status == "error" and bad[0].message.startswith("raised IndexError.")
+def test_a_forgotten_heads_dim_crashes_with_a_hint_or_is_named():
+    result = run_task("6.4", debug_forgets_the_heads_dim)
+    assert result.points < result.max_points
+    for case in result.cases:
+        if case.status == "error":
+            assert "a dim of size 1 for the heads" in case.message
 
 
-def test_exceptions_become_errors_with_hints():
-    result = run_task("6.2", rope_no_default)
-    statuses = [case.status for case in result.cases]
-    assert statuses == ["error", "error", "error", "passed"]
-    assert "default positions=None" in result.cases[0].message
-    result = run_task("6.2", rope_positions_never_none)
-    assert result.cases[0].message.startswith("raised AttributeError: 'NoneType' object has no "
-                                              "attribute 'to'")
-    assert "use the positions 0 .. T-1 then" in result.cases[0].message
-    result = run_task("6.3", bias_not_clipped)
-    assert result.cases[0].message.startswith("raised IndexError: index 5 is out of bounds")
-    assert all("\n" not in case.message for case in result.cases)
+def test_check_prints_the_train_task_s_time_and_budget(capsys):
+    out = check_output(capsys, "6.5", train_lookback)
+    assert out.startswith("Task 6.5 train_lookback: 3/3 points\n")
+    assert " s of 10 s budget)" in out
 
 
-def test_a_tensor_that_requires_grad_or_is_a_view_is_fine():
-    def with_grad(x, positions=None):
-        return apply_rope(x.clone().requires_grad_(), positions)
-
-    def as_view(table, T, S, max_distance):  # a strided view of a larger tensor
-        both = torch.cat([relative_bias(table, T, S, max_distance)] * 2, dim=-1)
-        return both[..., :S]
-
-    assert run_task("6.2", with_grad, hidden=True).status == "passed"
-    assert run_task("6.3", as_view, hidden=True).status == "passed"
-
-
-# ---------------------------------------------------------------------------------------------
-# check(): prints a deterministic report, never raises
-# ---------------------------------------------------------------------------------------------
-
-
-def test_check_a_function_that_raises(capsys):
-    out = check_output(capsys, "6.3", bias_not_clipped)
-    assert "ERROR [0/1]" in out and "raised IndexError: index 5 is out of bounds" in out
+def test_the_second_correct_answers_print_full_marks(capsys):
+    for task_id, func, answer in (("6.6", "slowest_wavelength", 47117.2),
+                                  ("6.7", "untrained_biases", 33)):
+        out = check_output(capsys, task_id, lambda answer=answer: answer)
+        assert out == f"Task {task_id} {func}: 1/1 points\n  PASS  [1/1] the answer\n"

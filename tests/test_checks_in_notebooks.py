@@ -183,14 +183,15 @@ def test_padding_anywhere_is_tested_in_public():
 
 
 def test_the_chapters_own_aliased_calls_are_public_cases():
-    """Chapter 3 calls attention as attend(query, keys, keys), chapter 5 its layer as
-    mha(x, x, x): each has a public case that passes one tensor several times."""
+    """Chapter 3 calls attention as attend(query, keys, keys), chapter 5's heads attend from a
+    sequence to itself, head_weights(x, x, ...): each has a public case that passes one tensor
+    several times."""
     attend = checks.get_task("3.1")
     _, keys, values, _, _ = attend.build_args(attend.cases[1].args)
     assert keys is values
-    mha = checks.get_task("5.3")
-    assert any(args[0] is args[1] is args[2]
-               for args in (mha.build_args(case.args) for case in mha.cases))
+    heads = checks.get_task("5.1")
+    assert any(args[0] is args[1]
+               for args in (heads.build_args(case.args) for case in heads.cases))
     # scaling the keys in place there changes the values too
     def scale_keys(query, keys, values, mask, w):
         keys *= 0.5

@@ -150,153 +150,116 @@ def causal_self_attention(x, w_q, w_k, w_v):  # the book's layer
 
 
 # Chapter 5: student -> (the tasks the planted mistake costs, words their feedback must hold).
-# A wrong split_heads or merge_heads also costs multi_head_attention, which calls them: its
-# feedback says which part is wrong.
 EXPECTED_05 = {
-    "ada-views-without-transpose": (
-        {"split_heads", "multi_head_attention"},
-        ["mixes the heads with time", "The projections are right but the heads are split wrong"],
-    ),
-    "ben-views-a-transposed-tensor": (
-        {"merge_heads", "multi_head_attention"},
-        ["raised RuntimeError: view size is not compatible", ".contiguous().view"],
-    ),
-    "cy-scales-by-d-model": ({"multi_head_attention"}, ["not sqrt(d_model)"]),
-    "dee-forgets-out-proj": ({"multi_head_attention"}, ["Apply the output projection W^O"]),
-    "eve-torch-mask-convention": ({"multi_head_attention"}, ["True = NOT allowed"]),
+    "ada-scales-by-d-model": ({"head_weights"}, ["the width of ONE head's queries"]),
+    "ben-repeats-the-groups-as-a-block": ({"grouped_query_attention"},
+                                          ["The heads are assigned to the wrong groups"]),
+    "cy-leaves-the-bugs": ({"padded_multi_head_attention"}, ["Several bugs are still there:"],
+                           {"padded_multi_head_attention": 0}),
+    "dee-fixes-three-bugs": ({"padded_multi_head_attention"},
+                             ["The padding mask lets one padding key in"],
+                             {"padded_multi_head_attention": 0}),
+    "eve-trains-too-little": ({"train_two_markers"}, ["Partial credit"]),
+    "fay-counts-parameters-per-head": ({"attention_parameters"}, ["does not make it H times"],
+                                       {"attention_parameters": 0}),
+    "gus-caches-every-head": ({"kv_cache_bytes"}, ["That is the cache of multi-head attention"],
+                              {"kv_cache_bytes": 0}),
 }
 
 
-# Three notebooks, since each defines multi_head_attention its own forbidden way. Chapter 4's
-# scaled_dot_product_attention stays allowed in chapter 5 (the solution calls it).
-CHAPTER_5_SHORTCUTS = {
-    "torch-module": '''
+CHAPTER_5_SHORTCUTS = '''
 import torch
-from coursepkg.multihead import merge_heads
+from coursepkg.checks.ch05_multihead import train_two_markers as course_training
+from coursepkg.multihead import merge_heads, multi_head_attention, split_heads
 
 
-def split_heads(x, n_heads):  # allowed: unflatten and transpose
-    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
-
-
-def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                         out_proj_bias, n_heads, mask=None):
-    D = query.shape[-1]
-    module = torch.nn.MultiheadAttention(D, n_heads, bias=in_proj_bias is not None,
-                                         batch_first=True).to(query.dtype)
-    state = {"in_proj_weight": in_proj_weight, "out_proj.weight": out_proj_weight}
-    if in_proj_bias is not None:
-        state |= {"in_proj_bias": in_proj_bias, "out_proj.bias": out_proj_bias}
-    module.load_state_dict(state)
-    if mask is not None and mask.dim() == 3:
-        mask = mask.unsqueeze(1)
+def head_weights(query, key, w_q, w_k, mask=None):  # allowed: written out with einsum
+    q = torch.einsum("btd,hed->bhte", query, w_q)
+    k = torch.einsum("bsd,hed->bhse", key, w_k)
+    scores = torch.einsum("bhte,bhse->bhts", q, k) / w_q.shape[1] ** 0.5
     if mask is not None:
-        B, T, S = query.shape[0], query.shape[1], key.shape[1]
-        mask = ~mask.expand(B, n_heads, T, S).reshape(B * n_heads, T, S)
-    with torch.no_grad():
-        return module(query, key, value, attn_mask=mask, average_attn_weights=False)
-''',
-    "torch-fused": '''
-import math
-import torch
-import torch.nn.functional as F
+        scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    return scores.softmax(dim=-1)
 
 
-def merge_heads(x):  # allowed: torch.cat
-    return torch.cat(x.unbind(1), dim=-1)
+def grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_groups, mask=None):
+    D = x.shape[-1]  # the book's layer, every group's rows repeated for its heads
+
+    def wide(w):
+        return w.view(n_groups, D // n_heads, D).repeat_interleave(n_heads // n_groups, 0)
+
+    packed = torch.cat([w_q, wide(w_k).reshape(D, D), wide(w_v).reshape(D, D)])
+    return multi_head_attention(x, x, x, packed, None, w_o, None, n_heads, mask)
 
 
-def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                         out_proj_bias, n_heads, mask=None):
-    w_q, w_k, w_v = in_proj_weight.chunk(3)
-    b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (None,) * 3
-    B, T, D = query.shape
-
-    def split(x):
-        return x.view(x.shape[0], x.shape[1], n_heads, D // n_heads).transpose(1, 2)
-
-    q, k, v = (split(F.linear(x, w, b)) for x, w, b in
-               ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
-    if mask is not None and mask.dim() == 3:
-        mask = mask.unsqueeze(1)
-    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(D // n_heads)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return F.linear(merge_heads(heads), out_proj_weight, out_proj_bias), scores.softmax(-1)
-''',
-    "torch-functional": '''
-import torch.nn.functional as F
+def train_two_markers(tokens, markers, targets, seed):
+    return course_training(tokens, markers, targets, seed)
 
 
-def multi_head_attention(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
-                         out_proj_bias, n_heads, mask=None):
-    out, weights = F.multi_head_attention_forward(
-        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), query.shape[-1],
-        n_heads, in_proj_weight, in_proj_bias, None, None, False, 0.0, out_proj_weight,
-        out_proj_bias, training=False, average_attn_weights=False)
-    return out.transpose(0, 1), weights
-''',
-}
-
-
-def test_chapter_5_library_shortcuts_are_refused_task_by_task(tmp_path):
-    for name, source in CHAPTER_5_SHORTCUTS.items():
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(source)]
-        nbformat.write(nb, tmp_path / f"{name}.ipynb")
-    rows = grade("05_multihead", [tmp_path / f"{name}.ipynb" for name in CHAPTER_5_SHORTCUTS],
-                 tmp_path / "out", jobs=1, limits=Limits(timeout=20), progress=False,
-                 secret=TEST_SECRET)
-    tasks = {found.student: {t["func_name"]: t for t in record["tasks"]}
-             for found, record in rows}
-    for student, func_name, called in [
-        ("torch-module", "merge_heads", "reference solution of task 5.2"),
-        ("torch-module", "multi_head_attention", "torch.nn.MultiheadAttention"),
-        ("torch-fused", "multi_head_attention",
-         "torch.nn.functional.scaled_dot_product_attention"),
-        ("torch-functional", "multi_head_attention",
-         "torch.nn.functional.multi_head_attention_forward"),
-    ]:
-        task = tasks[student][func_name]
-        assert task["status"] == "forbidden" and task["points"] == 0, (student, func_name)
-        assert called in task["cases"][0]["message"], (student, func_name)
-    assert tasks["torch-module"]["split_heads"]["status"] == "passed"
-    assert tasks["torch-fused"]["merge_heads"]["status"] == "passed"
-    assert tasks["torch-fused"]["split_heads"]["status"] == "missing"
+def padded_multi_head_attention(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads):
+    q, k, v = (split_heads(x @ w.T, n_heads) for x, w in
+               ((query, w_q), (key, w_k), (value, w_v)))  # the book's split and merge
+    keep = (torch.arange(key.shape[1]) < lengths[:, None])[:, None, None, :]
+    scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(~keep, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return merge_heads(weights @ v) @ w_o.T, weights
+'''
 
 
 # Chapter 6: student -> (the tasks the planted mistake costs, words their feedback must hold).
 EXPECTED_06 = {
-    "ada-swaps-sin-and-cos": ({"sinusoidal_table"}, ["Sine and cosine are swapped"]),
-    "ben-rotates-halves": ({"apply_rope"}, ["Pair each feature with its NEIGHBOUR"]),
-    "cy-counts-from-1": ({"apply_rope"}, ["Positions start at 0"]),
-    "dee-offsets-i-minus-j": ({"relative_bias"}, ["Yours uses i - j"]),
-    "eve-forgets-to-clip": ({"relative_bias"}, ["raised IndexError", "clip them to [-M, M]"]),
+    "ada-swaps-sin-and-cos": ({"sinusoidal_at"}, ["Sine and cosine are swapped"]),
+    "ben-pastes-the-page-s-pairing": ({"rope_rotate_half"}, ["That is the page's pairing"]),
+    "cy-reverses-the-slopes": ({"alibi_bias"}, ["The slopes are in the wrong order"]),
+    "dee-ignores-the-offset": ({"alibi_bias"}, ["Yours puts the queries at 0 .. T-1"]),
+    "eve-leaves-the-bugs": ({"rope_batch"}, ["Several bugs are still there:"], {"rope_batch": 0}),
+    "fay-fixes-three-bugs": ({"rope_batch"}, ["rotated at the positions of the FIRST sequence"],
+                             {"rope_batch": 0}),
+    "gus-trains-too-little": ({"train_lookback"}, ["Partial credit"]),
+    "hal-predicts-the-current-token": ({"train_lookback"}, ["confident but wrong"],
+                                       {"train_lookback": 0}),
+    "ivy-forgets-two-pi": ({"slowest_wavelength"}, ["positions per RADIAN"],
+                           {"slowest_wavelength": 0}),
+    "jo-forgets-the-last-bucket": ({"untrained_biases"}, ["the bucket of -32"],
+                                   {"untrained_biases": 0}),
 }
 
 
+# A book paster: the page's table, its RoPE row by row, its relative bias with a hand-set table
+# and the checks' own training are refused; the rotate-half RoPE written out is allowed.
 CHAPTER_6_SHORTCUTS = '''
 import torch
-from coursepkg.positional import RelativePositionBias
-from coursepkg.positional import apply_rope as package_rope
+from coursepkg.checks.ch06_positional import train_lookback as course_training
+from coursepkg.positional import RelativePositionBias, apply_rope, sinusoidal_encoding
 
 
-def sinusoidal_table(T, d, dtype=torch.float32):  # allowed: plain torch
-    angles = torch.outer(torch.arange(T, dtype=dtype),
-                         10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d))
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(T, d)
+def sinusoidal_at(positions, d, base=10000.0):
+    return sinusoidal_encoding(len(positions), d, base, positions.dtype)
 
 
-def apply_rope(x, positions=None):
-    return package_rope(x, positions)
+def rope_rotate_half(x, positions):  # allowed: plain torch
+    Dh = x.shape[-1]
+    angles = torch.outer(positions.double(),
+                         10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh))
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    a, b = x[..., : Dh // 2], x[..., Dh // 2 :]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def relative_bias(table, T, S, max_distance):
-    layer = RelativePositionBias(table.shape[0], max_distance).to(table.dtype)
-    layer.load_state_dict({"bias": table})
+def alibi_bias(n_heads, T, S=None, offset=0):
+    M = offset + T + (S or 0)
+    layer = RelativePositionBias(n_heads, M)
     with torch.no_grad():
-        return layer(T, S)
+        layer.bias.copy_(-torch.arange(-M, M + 1).abs().float().expand(n_heads, -1))
+        return layer(T, S, offset=offset)
+
+
+def rope_batch(x, positions, base=10000.0):
+    return torch.stack([apply_rope(x[b], positions[b], base) for b in range(x.shape[0])])
+
+
+def train_lookback(tokens, seed):
+    return course_training(tokens, seed)
 '''
 
 
@@ -451,11 +414,19 @@ SHORTCUTS = {
          ("causal_self_attention", "coursepkg.self_attention")],
         "qkv_scores",
     ),
+    "05_multihead": (
+        CHAPTER_5_SHORTCUTS,
+        [("grouped_query_attention", "coursepkg.multihead"),
+         ("train_two_markers", "reference solution of task 5.3"),
+         ("padded_multi_head_attention", "coursepkg.multihead")],
+        "head_weights",
+    ),
     "06_positional": (
         CHAPTER_6_SHORTCUTS,
-        [("apply_rope", "reference solution of task 6.2"),
-         ("relative_bias", "coursepkg.positional")],
-        "sinusoidal_table",
+        [("sinusoidal_at", "coursepkg.positional"), ("alibi_bias", "coursepkg.positional"),
+         ("rope_batch", "coursepkg.positional"),
+         ("train_lookback", "reference solution of task 6.5")],
+        "rope_rotate_half",
     ),
     "07_transformer": (
         CHAPTER_7_SHORTCUTS,

@@ -1,39 +1,50 @@
-"""Chapter 5 tasks (``05_multihead``): splitting a projection into heads, merging the heads
-back, and the forward pass of multi-head attention with torch's parameter layout.
+"""Chapter 5 tasks (``05_multihead``): what the chapter's page does not show.
 
-The conventions are those of :mod:`coursepkg.multihead`: batch first; ``split_heads`` cuts the
-last dim D into H consecutive blocks of Dh = D // H features and moves the head axis before
-time, (B, T, D) -> (B, H, T, Dh); ``merge_heads`` is its inverse. The multi-head forward takes
-the parameters of ``torch.nn.MultiheadAttention``: ``in_proj_weight`` (3D, D) stacks W^Q, W^K,
-W^V in that order, ``in_proj_bias`` (3D,) likewise, ``out_proj_weight`` (D, D) is W^O, and
-both biases may be None. Masks are boolean, **True = may attend** (the opposite of
-``nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``), broadcastable to the
-scores (B, H, T, S); a (B, T, S) mask holds one mask per sequence and applies to every head
-(``mask.unsqueeze(1)``). The references are the package's own tested code: ``split_heads`` and
-``merge_heads`` themselves, and a ``MultiHeadAttention`` module holding the case's weights.
+* 5.1 ``head_weights`` (formula): every head's attention weights from its own query and key
+  matrices, given per head as (H, Dh, D) tensors, with a mask shared by the heads. The page
+  shows the layer with packed projections and the reshapes around them; this task writes the
+  math of one head, for all heads at once, from another layout of the weights.
+* 5.2 ``grouped_query_attention`` (extension): grouped-query attention (Ainslie et al., 2023):
+  H query heads share G groups of keys and values, the heads of group g being the consecutive
+  heads g * H/G to (g + 1) * H/G - 1. G = H is multi-head attention, G = 1 multi-query
+  attention. The book stops at multi-head attention; the reference lives here.
+* 5.3 ``train_two_markers`` (train): the training loop of a small two-head model
+  (:class:`TwoMarkerModel`, one layer of the package's MultiHeadAttention over embeddings) on a
+  task that needs two look-ups at once: a sequence of letters with two marked positions (marker
+  1 and marker 2); answer both marked letters. Judged on held-out sequences from a seed the
+  student's function never sees, in bands of held-out accuracy, within
+  :data:`TWO_TIME_LIMIT` seconds on one thread.
+* 5.4 ``padded_multi_head_attention`` (debug): the exercise shows a multi-head attention over
+  a padded batch of keys (separate W^Q, W^K, W^V, W^O and a length per sequence, a signature
+  the page's code does not have) with four planted bugs (heads cut without moving them before
+  time, heads merged without moving them back, scores divided by sqrt(D), a padding mask that
+  lets one padding key in); judged on behaviour, every combination of bugs left is named.
+* 5.5 to 5.7 (questions, keys computed from coursepkg at check time): the parameters of a
+  multi-head layer, the key/value cache of grouped-query attention per token, and how many
+  attention weights a layer returns.
 
-Task 5.3 may call chapter 4's ``coursepkg.self_attention.scaled_dot_product_attention`` (the
-previous exercise set had the student write it), but not ``coursepkg.multihead``, torch's fused
-attention or its multi-head module.
+The conventions are those of :mod:`coursepkg.multihead`: batch first; a weight matrix has one
+row per output feature, like ``nn.Linear``'s; head h owns features h * Dh to (h + 1) * Dh - 1
+of a packed projection; boolean masks are **True = may attend**, broadcast to the scores
+(B, H, T, S), a 3-D mask being (B, T, S), one per sequence, shared by the heads; a masked score
+is ``float("-inf")``, hence the weight exactly 0.
 
-Cases, plain values and judging work as in chapters 3 and 4 (:mod:`coursepkg.checks.tensors`);
-the attention in each head is judged with the course's bank of attention mistakes
-(:mod:`coursepkg.checks.attention_mistakes`). The cases are made so that the usual mistakes
-change the numbers: in one public case of each reshaping task every size is 2, so that a
-transposition of the wrong axes keeps the shape and is named from the values; D and Dh differ (a
-scale by sqrt(D) shows); T and S differ in the cross-attention cases; one public case has a
-(B, T, S) mask with B = H, so a mask that is not unsqueezed runs and is named; the
-self-attention cases pass one tensor as query, key and value, as the chapter calls the layer.
-The masks are plain nested lists (:mod:`coursepkg.checks.masks`): a checks module does no
-tensor work when it is imported (the grader forks its workers from a process that imported it).
-The hidden cases' generators draw the seeds, the sizes and the masks from the grader's random
-generator.
+Cases, plain values and judging work as in chapters 3 and 4 (:mod:`coursepkg.checks.tensors`).
+The cases are made so that the usual mistakes change the numbers: D, Dh and the width of all
+heads differ (a scale by the wrong square root shows); one public case of each mask task has
+B = H with a (B, T, S) mask, so a mask that is not given a head axis runs and is named; T and S
+differ in the cross-attention cases; 1 < G < H in a public case of 5.2, where assigning heads to
+groups the wrong way round shows. Masks are plain nested lists (:mod:`coursepkg.checks.masks`):
+a checks module does no tensor work when it is imported (the grader forks its workers from a
+process that imported it). The hidden cases' generators draw the seeds, the sizes and the masks
+from the grader's random generator.
 
-Shape letters: B batch, T queries, S keys, D model width, H heads, Dh = D // H.
+Shape letters: B batch, T queries, S keys, D model width, H heads, Dh head width, G groups.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -41,12 +52,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn import functional as F
 
-from coursepkg.checks import attention_mistakes as bank
 from coursepkg.checks import masks
-from coursepkg.checks.attention_mistakes import HINT_PAIR_ORDER
-from coursepkg.checks.core import Args, Task, draw_seed, draw_sizes, hidden, register
+from coursepkg.checks.attention_mistakes import (  # the hints of this chapter's judges
+    HINT_MASK_INVERTED,
+    HINT_NO_SCALE,
+    HINT_PAIR_ORDER,
+    HINT_SCALE_NO_SQRT,
+    HINT_SCORES_TRANSPOSED,
+    HINT_SOFTMAX_DIM,
+    HINT_SOFTMAX_DIM_1,
+)
+from coursepkg.checks.core import (
+    Args,
+    Case,
+    HiddenCase,
+    Task,
+    Verdict,
+    banded,
+    draw_seed,
+    draw_sizes,
+    hidden,
+    question,
+    register,
+)
 from coursepkg.checks.forbidden import ATTENTION_KERNELS
 from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
@@ -55,610 +86,209 @@ from coursepkg.checks.tensors import (
     generator,
     normal,
     parts_plain,
+    state_dict_plain,
+    state_dict_tensors,
     tensor_judge,
     tensor_plain,
     with_weights,
 )
-from coursepkg.multihead import MultiHeadAttention, merge_heads, split_heads
-from coursepkg.self_attention import scaled_dot_product_attention
+from coursepkg.multihead import MultiHeadAttention
 
-__all__ = ["ASSIGNMENT", "merge_heads", "multi_head_attention", "split_heads"]
+__all__ = [
+    "ASSIGNMENT",
+    "TwoMarkerModel",
+    "grouped_query_attention",
+    "head_weights",
+    "padded_multi_head_attention",
+    "train_two_markers",
+    "two_marker_data",
+]
 
 ASSIGNMENT = "05_multihead"
+NEG_INF = float("-inf")
 
-# The package's multi-head code and torch's fused attention and multi-head module do the whole
-# task. Chapter 4's scaled_dot_product_attention (coursepkg.self_attention) stays allowed: it
-# is the previous exercise, and the lesson here is the reshape around it.
+# The package's multi-head code, torch's fused attention and its multi-head module do the
+# whole task. Chapter 4's scaled_dot_product_attention (coursepkg.self_attention) stays allowed
+# in 5.2 and 5.4: it is the previous exercise, and the lesson is what goes around it.
 _NO_MULTIHEAD_LIBRARIES = (
     "coursepkg.multihead",
     "coursepkg.transformer",
+    "coursepkg.lm",
     "coursepkg.checks",
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.MultiheadAttention",
     *ATTENTION_KERNELS,
 )
-
-_PERMUTATIONS = tuple(itertools.permutations(range(4)))
-
-
-# --------------------------------------------------------------------------------------------
-# Task 5.1 split_heads
-# --------------------------------------------------------------------------------------------
-
-HINT_SPLIT_NO_TRANSPOSE = (
-    "Reshaping (B, T, D) straight to (B, H, T, Dh) mixes the heads with time: x is stored "
-    "position by position, so view(B, H, T, Dh) cuts the sequence, not the features, into H "
-    "pieces, and a 'head' gets a stretch of positions. Cut the features first, x.view(B, T, "
-    "H, Dh), then move the head axis before time with .transpose(1, 2)."
-)
-HINT_SPLIT_INTERLEAVED = (
-    "Head h takes the h-th block of Dh consecutive features, x[..., h*Dh:(h+1)*Dh]: view the "
-    "last dim as (H, Dh), not (Dh, H). Yours gives head h every H-th feature (h, h + H, ...), "
-    "which is not how the rows of W^Q, W^K, W^V are grouped into heads."
-)
-HINT_SPLIT_TRANSPOSE_FIRST = (
-    "Reshape first, then transpose: x.view(B, T, H, Dh).transpose(1, 2). Transposing x to "
-    "(B, D, T) first and reshaping that to (B, H, T, Dh) cuts across features and positions."
-)
-HINT_SPLIT_WRONG_AXES = (
-    "After x.view(B, T, H, Dh), swap the time and head axes, dims 1 and 2: .transpose(1, 2) "
-    "(or .permute(0, 2, 1, 3)) gives (B, H, T, Dh). Your transposition moves other axes."
-)
-HINT_SPLIT_NOT_MOVED = (
-    "Move the head axis before time: (B, T, H, Dh) -> (B, H, T, Dh) with .transpose(1, 2), so "
-    "that attention sees one (T, Dh) sequence per head."
-)
-HINT_SPLIT_FOLDED = (
-    "Keep the batch and the heads as two dims, (B, H, T, Dh): attention (and merge_heads) "
-    "need both."
-)
-HINT_SPLIT_NOT_SPLIT = (
-    "Cut the features into n_heads blocks of Dh = D // n_heads: the result has 4 dims, "
-    "(B, H, T, Dh)."
-)
-HINT_SPLIT_SHAPE = (
-    "Return (B, H, T, Dh) with Dh = D // n_heads: x.view(B, T, H, Dh).transpose(1, 2)."
-)
-HINT_SPLIT_GENERIC = (
-    "out[b, h, t] must be x[b, t, h*Dh:(h+1)*Dh]: x.view(B, T, H, Dh).transpose(1, 2)."
-)
-
-
-def _build_split_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, T, D, H = int(args["B"]), int(args["T"]), int(args["D"]), int(args["H"])
-    if args["layout"] == "transposed":  # (B, D, T) in memory: the features are not contiguous
-        x = normal(gen, (B, D, T), 1.0, dtype).transpose(1, 2)  # (B, T, D)
-    else:
-        x = normal(gen, (B, T, D), 1.0, dtype)
-    return x, H
-
-
-def _split_no_transpose(x: Tensor, H: int) -> Tensor:
-    B, T, D = x.shape
-    return x.reshape(B, H, T, D // H)
-
-
-def _split_interleaved(x: Tensor, H: int) -> Tensor:
-    B, T, D = x.shape
-    return x.reshape(B, T, D // H, H).permute(0, 3, 1, 2)
-
-
-def _split_transpose_first(x: Tensor, H: int) -> Tensor:
-    B, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, H, T, D // H)
-
-
-#: Known wrong ``split(x, H) -> (B, H, T, Dh)`` of the same shape as the right one.
-_SPLIT_MISTAKES: tuple[tuple[str, Callable[[Tensor, int], Tensor]], ...] = (
-    (HINT_SPLIT_NO_TRANSPOSE, _split_no_transpose),
-    (HINT_SPLIT_INTERLEAVED, _split_interleaved),
-    (HINT_SPLIT_TRANSPOSE_FIRST, _split_transpose_first),
-)
-
-
-def _split_to_plain(value: object) -> dict:
-    return tensor_plain(value, "the heads")
-
-
-def _split_variants(x: Tensor, H: int) -> list[Variant]:
-    B, T, D = x.shape
-    variants: list[Variant] = [(hint, lambda f=f: [f(x, H)], "") for hint, f in _SPLIT_MISTAKES]
-    cut = x.reshape(B, T, H, D // H)  # (B, T, H, Dh)
-    for perm in _PERMUTATIONS:
-        if perm != (0, 2, 1, 3):
-            hint = HINT_SPLIT_NOT_MOVED if perm == (0, 1, 2, 3) else HINT_SPLIT_WRONG_AXES
-            variants.append((hint, lambda p=perm: [cut.permute(p)], ""))
-    return variants
-
-
-def _split_shape_hint(got: list, expected: list, k: int) -> str:
-    B, H, T, Dh = expected[0]
-    shape = got[0]
-    if shape == (B, T, H, Dh):
-        return HINT_SPLIT_NOT_MOVED
-    if sorted(shape) == sorted((B, T, H, Dh)) and len(shape) == 4:
-        return HINT_SPLIT_WRONG_AXES
-    if shape in ((B * H, T, Dh), (B, H * T, Dh)):
-        return HINT_SPLIT_FOLDED
-    if shape == (B, T, H * Dh):
-        return HINT_SPLIT_NOT_SPLIT
-    return HINT_SPLIT_SHAPE
-
-
-_judge_split = tensor_judge(_build_split_args, ("heads",), lambda inputs: _split_variants(*inputs),
-                            _split_shape_hint, HINT_SPLIT_GENERIC)
-
-
-@dataclass(frozen=True)
-class Split(Args):
-    """A case of task 5.1: x (B, T, D) cut into H heads; ``layout`` "transposed": x is a view of
-    a (B, D, T) tensor, its features not contiguous in memory."""
-
-    seed: int
-    B: int
-    T: int
-    D: int
-    H: int
-    dtype: str = "float32"
-    layout: str = "contiguous"
-
-
-_SPLIT_CASES = (
-    Split(501, B=2, T=5, D=6, H=2).case(
-        "2 sequences of 5 vectors, D = 6 cut into 2 heads of width 3"),
-    Split(502, B=2, T=2, D=4, H=2).case("every size 2 (B = T = H = Dh = 2, D = 4)"),
-    Split(503, B=1, T=3, D=8, H=4).case(
-        "one sequence of 3 vectors, D = 8 cut into 4 heads of width 2"),
-)
-
-
-def _heads(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
-           large: bool = False) -> tuple[int, int]:
-    """(H, Dh) drawn from ``rng``, different from each other unless one is given."""
-    if large:
-        return rng.choice([4, 8]), rng.choice([4, 8])
-    H_, Dh_ = draw_sizes(rng, 2, 2, 5)
-    return (H_ if H is None else H), (Dh_ if Dh is None else Dh)
-
-
-def _split(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
-           large: bool = False, dtype: str = "float32", layout: str = "contiguous") -> Split:
-    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
-    B, T = (rng.randint(2, 4), rng.randint(6, 10)) if large else draw_sizes(rng, 2, 2, 6)
-    return Split(draw_seed(rng), B, T, H * Dh, H, dtype, layout)
-
-
-_SPLIT_HIDDEN = (
-    hidden("hidden: float64", lambda rng: _split(rng, dtype="float64")),
-    hidden("hidden: one head (H = 1)", lambda rng: _split(rng, H=1)),
-    hidden("hidden: heads of width 1 (H = D)", lambda rng: _split(rng, Dh=1)),
-    hidden("hidden: an input that is not contiguous in memory",
-           lambda rng: _split(rng, layout="transposed")),
-    hidden("hidden: larger sizes", lambda rng: _split(rng, large=True)),
-)
-
-register(
-    Task(
-        id="5.1",
-        assignment=ASSIGNMENT,
-        func_name="split_heads",
-        title="Split (B, T, D) into H heads of width Dh: (B, H, T, Dh)",
-        cases=_SPLIT_CASES,
-        hidden=_SPLIT_HIDDEN,
-        build_args=_build_split_args,
-        reference=split_heads,
-        to_plain=_split_to_plain,
-        judge=_judge_split,
-        forbidden=_NO_MULTIHEAD_LIBRARIES,
-        error_hints={
-            "RuntimeError": "A reshape failed: view/reshape need sizes whose product is "
-            "B * T * D, (B, T, n_heads, D // n_heads); and view cannot merge dims that are not "
-            "contiguous in memory (reshape can).",
-            "TypeError": "Sizes must be ints: Dh = D // n_heads (D / n_heads is a float, which "
-            "view and reshape refuse).",
-            "CheckError": "Return one tensor, (B, H, T, Dh).",
-        },
-    )
+# Task 5.1 is the scores and the softmax of every head: no attention function of the course.
+_NO_ATTENTION_LIBRARIES = (
+    *_NO_MULTIHEAD_LIBRARIES,
+    "coursepkg.self_attention",
+    "coursepkg.attention",
 )
 
 
 # --------------------------------------------------------------------------------------------
-# Task 5.2 merge_heads
+# Hints shared by the tasks
 # --------------------------------------------------------------------------------------------
 
-HINT_MERGE_NO_TRANSPOSE = (
-    "Move the heads back next to the features before reshaping: swap dims 1 and 2 to get "
-    "(B, T, H, Dh), and only then flatten the last two. Reshaping (B, H, T, Dh) directly "
-    "mixes the heads with time: row t of the result holds pieces of other positions."
+HINT_HEADS_NO_TRANSPOSE = (
+    "The heads are cut in the wrong place: a (B, T, H * Dh) projection is stored position by "
+    "position, so reading it directly as (B, H, T, Dh) gives a 'head' a stretch of positions "
+    "instead of a slice of features. Cut the features into (H, Dh) first, then move the head "
+    "axis before time."
 )
-HINT_MERGE_INTERLEAVED = (
-    "Concatenate the heads: out[b, t, h*Dh:(h+1)*Dh] = x[b, h, t], head 0's features first, "
-    "then head 1's, ... Yours interleaves them (feature j of every head, then feature j + 1, "
-    "...): go through (B, T, H, Dh), not (B, T, Dh, H)."
-)
-HINT_MERGE_WRONG_AXES = (
-    "Swap the head and time axes back, dims 1 and 2, which gives (B, T, H, Dh), then flatten "
-    "the last two. Your transposition moves other axes."
-)
-HINT_MERGE_NOT_FLAT = (
-    "Flatten the heads into the features: (B, T, H, Dh) -> (B, T, H * Dh) with "
-    ".reshape(B, T, H * Dh)."
-)
-HINT_MERGE_REDUCED = (
-    "Concatenate the heads, do not sum or average them: the result is (B, T, H * Dh), each "
-    "head keeping its own Dh features."
-)
-HINT_MERGE_STACKED = (
-    "Concatenate along the features, the last dim: head 0's Dh features, then head 1's, ... "
-    "for every position. Yours stacks the heads along time or the batch."
-)
-HINT_MERGE_SHAPE = "Return (B, T, H * Dh): one row per position, the heads side by side."
-HINT_MERGE_GENERIC = (
-    "out[b, t, h*Dh:(h+1)*Dh] must be x[b, h, t]: bring the head axis next to the features, "
-    "then flatten the two."
-)
-HINT_MERGE_VIEW = (
-    "A transposed tensor is a view with the strides of (B, H, T, Dh): its memory is no longer "
-    "in (B, T, H, Dh) order, so .view(B, T, H * Dh) cannot merge its last two dims. Use "
-    ".reshape(B, T, H * Dh) (it copies when it must) or .contiguous().view(B, T, H * Dh)."
-)
-
-
-def _build_merge_args(args: dict) -> tuple:
-    gen, dtype = generator(args)
-    B, H, T, Dh = int(args["B"]), int(args["H"]), int(args["T"]), int(args["Dh"])
-    if args["layout"] == "transposed":  # what split_heads returns: a view of (B, T, H, Dh)
-        return (normal(gen, (B, T, H, Dh), 1.0, dtype).transpose(1, 2),)
-    return (normal(gen, (B, H, T, Dh), 1.0, dtype),)
-
-
-def _merge_no_transpose(x: Tensor) -> Tensor:
-    B, H, T, Dh = x.shape
-    return x.reshape(B, T, H * Dh)
-
-
-def _merge_interleaved(x: Tensor) -> Tensor:
-    B, H, T, Dh = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
-
-
-#: Known wrong ``merge(x) -> (B, T, D)``.
-_MERGE_MISTAKES: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
-    (HINT_MERGE_NO_TRANSPOSE, _merge_no_transpose),
-    (HINT_MERGE_INTERLEAVED, _merge_interleaved),
-)
-
-
-def _merge_to_plain(value: object) -> dict:
-    return tensor_plain(value, "the merged heads")
-
-
-def _merge_variants(x: Tensor) -> list[Variant]:
-    B, H, T, Dh = x.shape
-    variants: list[Variant] = [(hint, lambda f=f: [f(x)], "") for hint, f in _MERGE_MISTAKES]
-    for perm in _PERMUTATIONS:
-        if perm not in ((0, 1, 2, 3), (0, 2, 1, 3), (0, 2, 3, 1)):
-            variants.append((HINT_MERGE_WRONG_AXES,
-                             lambda p=perm: [x.permute(p).reshape(B, T, H * Dh)], ""))
-    return variants
-
-
-def _merge_shape_hint(got: list, expected: list, k: int) -> str:
-    B, T, D = expected[0]
-    shape = got[0]
-    if len(shape) == 4 and shape[:2] == (B, T) and math.prod(shape[2:]) == D:
-        return HINT_MERGE_NOT_FLAT
-    if len(shape) == 3 and shape[:2] == (B, T) and shape[2] < D and D % shape[2] == 0:
-        return HINT_MERGE_REDUCED
-    if len(shape) == 3 and math.prod(shape) == B * T * D and shape[2] < D:
-        return HINT_MERGE_STACKED
-    return HINT_MERGE_SHAPE
-
-
-_judge_merge = tensor_judge(_build_merge_args, ("out",), lambda inputs: _merge_variants(*inputs),
-                            _merge_shape_hint, HINT_MERGE_GENERIC)
-
-
-@dataclass(frozen=True)
-class Merge(Args):
-    """A case of task 5.2: x (B, H, T, Dh); ``layout`` "transposed": x is a view of a
-    (B, T, H, Dh) tensor, as split_heads returns it."""
-
-    seed: int
-    B: int
-    H: int
-    T: int
-    Dh: int
-    dtype: str = "float32"
-    layout: str = "contiguous"
-
-
-_MERGE_CASES = (
-    Merge(521, B=2, H=2, T=5, Dh=3).case("2 sequences, 2 heads of 5 positions, Dh = 3"),
-    Merge(522, B=2, H=2, T=2, Dh=2).case("every size 2 (B = H = T = Dh = 2)"),
-    Merge(523, B=1, H=4, T=3, Dh=2).case("one sequence, 4 heads of 3 positions, Dh = 2"),
-)
-
-
-def _merge(rng: random.Random, *, H: int | None = None, Dh: int | None = None,
-           large: bool = False, dtype: str = "float32", layout: str = "contiguous") -> Merge:
-    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
-    B, T = (rng.randint(2, 4), rng.randint(6, 10)) if large else draw_sizes(rng, 2, 2, 6)
-    return Merge(draw_seed(rng), B, H, T, Dh, dtype, layout)
-
-
-_MERGE_HIDDEN = (
-    hidden("hidden: float64", lambda rng: _merge(rng, dtype="float64")),
-    hidden("hidden: one head (H = 1)", lambda rng: _merge(rng, H=1)),
-    hidden("hidden: heads of width 1 (Dh = 1)", lambda rng: _merge(rng, Dh=1)),
-    hidden("hidden: the heads as split_heads returns them (a transposed view)",
-           lambda rng: _merge(rng, layout="transposed")),
-    hidden("hidden: larger sizes", lambda rng: _merge(rng, large=True)),
-)
-
-register(
-    Task(
-        id="5.2",
-        assignment=ASSIGNMENT,
-        func_name="merge_heads",
-        title="Merge (B, H, T, Dh) back into (B, T, H * Dh), the inverse of split_heads",
-        cases=_MERGE_CASES,
-        hidden=_MERGE_HIDDEN,
-        build_args=_build_merge_args,
-        reference=merge_heads,
-        to_plain=_merge_to_plain,
-        judge=_judge_merge,
-        forbidden=_NO_MULTIHEAD_LIBRARIES,
-        error_hints={
-            "RuntimeError": "A reshape failed. If it was view: " + HINT_MERGE_VIEW
-            + " Otherwise check that the sizes multiply to B * H * T * Dh.",
-            "TypeError": "Sizes must be ints: H * Dh is the width of the result.",
-            "CheckError": "Return one tensor, (B, T, H * Dh).",
-        },
-    )
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Task 5.3 multi_head_attention
-# --------------------------------------------------------------------------------------------
-
-HINT_NO_OUT_PROJ = (
-    "Apply the output projection W^O after merging the heads: out = merged @ "
-    "out_proj_weight.T + out_proj_bias. Without it each head's output stays in its own block "
-    "of features; W^O is what mixes the heads."
-)
-HINT_OUT_BIAS = "Add out_proj_bias after the output projection (when it is not None)."
-HINT_IN_BIAS = (
-    "Add the input projections' biases: in_proj_bias (3D,) holds b_q, b_k and b_v stacked like "
-    "the weights, so q = query @ w_q.T + b_q, and likewise k and v (when in_proj_bias is not "
-    "None)."
-)
-HINT_SCALE_D_HEAD = (
-    "Scale the scores by sqrt(d_head), the width of one head (Dh = D // n_heads, "
-    "q.shape[-1] after split_heads), not sqrt(d_model): each head's scores are dot products "
-    "of Dh numbers."
-)
-HINT_CHUNK_ORDER = (
-    "in_proj_weight (3D, D) stacks W^Q, W^K, W^V in this order: rows 0..D-1 make the queries, "
-    "rows D..2D-1 the keys, the last D rows the values, and in_proj_bias alike. Your function "
-    "takes them in another order."
-)
-HINT_KV_FROM_QUERY = (
-    "Project the keys from key and the values from value: k = key @ w_k.T + b_k, v = value @ "
-    "w_v.T + b_v. In cross-attention they are not the query (and S may differ from T)."
-)
-HINT_V_FROM_KEY = "Project the values from value, v = value @ w_v.T + b_v, not from key."
-HINT_IN_NOT_TRANSPOSED = (
-    "Multiply by the transposed weights, as nn.Linear does: q = query @ w_q.T + b_q, or "
-    "F.linear(query, w_q, b_q); the weights have one row per output feature."
-)
-HINT_OUT_NOT_TRANSPOSED = (
-    "out_proj_weight is stored like nn.Linear's weight, one row per output feature: out = "
-    "merged @ out_proj_weight.T + out_proj_bias (or F.linear(merged, out_proj_weight, "
-    "out_proj_bias))."
-)
-HINT_MASK_TORCH_CONVENTION = (
-    "The mask is True where a query MAY attend (this course's convention, and "
-    "F.scaled_dot_product_attention's). nn.MultiheadAttention's attn_mask and "
-    "key_padding_mask mean the opposite, True = NOT allowed: fill the scores where the mask is "
-    "False, masked_fill(~mask, float('-inf'))."
+HINT_HEADS_INTERLEAVED = (
+    "Head h owns a block of Dh consecutive features (rows h * Dh to (h + 1) * Dh - 1 of the "
+    "stacked projection); yours gives it every H-th feature instead."
 )
 HINT_MASK_NOT_PER_HEAD = (
-    "A (B, T, S) mask holds one mask per sequence: unsqueeze it to (B, 1, T, S) so that it "
-    "broadcasts over the heads (mask.unsqueeze(1)). Used as it is, broadcasting lines its B up "
-    "with the H of the (B, H, T, S) scores, and sequence b's mask lands on head b."
-)
-HINT_MHA_SPLIT_WRONG = "The projections are right but the heads are split wrong:"
-HINT_MHA_MERGE_WRONG = "The heads are right but they are merged wrong:"
-HINT_MHA_ATTENTION_WRONG = (
-    "The projections and the heads are right but the attention in each head is not:"
-)
-HINT_WEIGHTS_AVERAGED = (
-    "Return every head's weights, (B, H, T, S): one (T, S) map per head. Averaging over the "
-    "heads (what nn.MultiheadAttention returns unless average_attn_weights=False) hides what "
-    "each head does."
-)
-HINT_HEADS_NOT_MERGED = (
-    "Merge the heads before the output projection: (B, H, T, Dh) -> (B, T, D) with your "
-    "merge_heads."
-)
-HINT_WEIGHTS_SELF_ONLY = (
-    "The weights have one column per KEY, (B, H, T, S): project the keys and values from key "
-    "and value, which may be longer or shorter than query."
-)
-HINT_MHA_SHAPE = "Return (out, weights): out (B, T, D), weights (B, H, T, S)."
-HINT_MHA_GENERIC = (
-    "Cut in_proj_weight (and the bias) into W^Q, W^K, W^V; project the queries from query and "
-    "the keys and values from key and value, and split each into heads; a (B, T, S) mask gets "
-    "a head axis; attend in every head with the scores divided by sqrt(Dh); merge the heads "
-    "and apply the output projection."
+    "A (B, T, S) mask holds one mask per sequence: give it a head axis of size 1, (B, 1, T, S), "
+    "so that it broadcasts over the heads. Used as it is, broadcasting lines its B up with the "
+    "H of the (B, H, T, S) scores, and sequence b's mask lands on head b."
 )
 
-_MHA_NAMES = ("out", "weights")
+
+# --------------------------------------------------------------------------------------------
+# Task 5.1 head_weights (formula)
+# --------------------------------------------------------------------------------------------
+
+HINT_HW_SCALE_D_MODEL = (
+    "Divide each head's scores by the square root of Dh, the width of ONE head's queries and "
+    "keys (the middle size of w_q), not of D, the width of the input vectors."
+)
+HINT_HW_SCALE_ALL_HEADS = (
+    "Divide by the square root of Dh, the width of one head: the scores of head h are dot "
+    "products of its own Dh numbers, not of all H * Dh features of the layer."
+)
+HINT_HW_KEYS_WITH_WQ = (
+    "The keys have their own matrices: head h's keys are K_h = key W^K_h^T, with w_k, not w_q."
+)
+HINT_HW_NO_SOFTMAX = (
+    "Return the attention weights, the softmax of the scaled (and masked) scores over the keys: "
+    "each row sums to 1."
+)
+HINT_HW_AVERAGED = (
+    "Return every head's weights, (B, H, T, S): one (T, S) map per head, not their average "
+    "or one shared map."
+)
+HINT_HW_AXES = (
+    "The weights are (B, H, T, S): the heads come right after the batch, then the queries, "
+    "then the keys."
+)
+HINT_HW_SHAPE = "Return the weights (B, H, T, S): one row per query and one column per key."
+HINT_HW_GENERIC = (
+    "For each head h, project the queries with W^Q_h and the keys with W^K_h (both (Dh, D), one "
+    "row per output feature), compare every query with every key, divide by the square root of "
+    "Dh, hide what the mask forbids (the same mask for every head), and normalise each row over "
+    "the keys."
+)
 
 
-def _build_mha_args(args: dict) -> tuple:
+def _build_hw_args(args: dict) -> tuple:
     gen, dtype = generator(args)
-    B, T, S, D, H = (int(args[name]) for name in ("B", "T", "S", "D", "H"))
+    B, T, S, D, H, Dh = (int(args[name]) for name in ("B", "T", "S", "D", "H", "Dh"))
     query = normal(gen, (B, T, D), 1.0, dtype)
-    if args["cross"]:
-        key, value = normal(gen, (B, S, D), 1.0, dtype), normal(gen, (B, S, D), 1.0, dtype)
-    else:  # self-attention: the same tensor three times, as nn.MultiheadAttention is called
-        key = value = query
-    # Scaled so that the projections have unit variance; biases large enough to matter.
-    w_in = normal(gen, (3 * D, D), 1 / math.sqrt(D), dtype)
-    w_out = normal(gen, (D, D), 1 / math.sqrt(D), dtype)
-    b_in, b_out = normal(gen, (3 * D,), 0.5, dtype), normal(gen, (D,), 0.5, dtype)
-    if not args["bias"]:
-        b_in = b_out = None
-    inputs = (query, key, value, w_in, b_in, w_out, b_out, H)
+    key = normal(gen, (B, S, D), 1.0, dtype) if args["cross"] else query
+    # Scaled so that the projections have unit variance.
+    w_q = normal(gen, (H, Dh, D), 1 / math.sqrt(D), dtype)
+    w_k = normal(gen, (H, Dh, D), 1 / math.sqrt(D), dtype)
     if args["mask"] is None:
-        return inputs
-    return (*inputs, masks.as_tensor(args["mask"]))
+        return query, key, w_q, w_k
+    return query, key, w_q, w_k, masks.as_tensor(args["mask"])
 
 
-def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, in_proj_weight: Tensor,
-                         in_proj_bias: Tensor | None, out_proj_weight: Tensor,
-                         out_proj_bias: Tensor | None, n_heads: int,
-                         mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Task 5.3's reference: :class:`MultiHeadAttention` holding the given weights.
+def head_weights(query: Tensor, key: Tensor, w_q: Tensor, w_k: Tensor,
+                 mask: Tensor | None = None) -> Tensor:
+    """Task 5.1's reference: the attention weights of every head.
 
     Args:
-        query: (B, T, D); key: (B, S, D); value: (B, S, D).
-        in_proj_weight: (3D, D), W^Q; W^K; W^V. in_proj_bias: (3D,) or None.
-        out_proj_weight: (D, D), W^O. out_proj_bias: (D,) or None.
-        n_heads: H.
-        mask: boolean, True = may attend, broadcastable to (B, H, T, S), or (B, T, S).
+        query: (B, T, D); key: (B, S, D).
+        w_q, w_k: (H, Dh, D): head h's W^Q_h and W^K_h, one row per output feature.
+        mask: None, or bool (B, T, S), True = may attend, the same for every head.
 
     Returns:
-        ``(out (B, T, D), weights (B, H, T, S))``.
+        (B, H, T, S): softmax over s of (W^Q_h q_t) . (W^K_h k_s) / sqrt(Dh).
     """
-    D = query.shape[-1]
-    bias = in_proj_bias is not None
-    state = {"in_proj_weight": in_proj_weight, "out_proj.weight": out_proj_weight}
-    if bias:
-        state |= {"in_proj_bias": in_proj_bias, "out_proj.bias": out_proj_bias}
-    layer = with_weights(lambda: MultiHeadAttention(D, n_heads, bias=bias), query.dtype, state)
-    with torch.no_grad():
-        return layer(query, key, value, mask)
+    q = torch.einsum("btd,hed->bhte", query, w_q)  # (B, H, T, Dh)
+    k = torch.einsum("bsd,hed->bhse", key, w_k)  # (B, H, S, Dh)
+    scores = torch.einsum("bhte,bhse->bhts", q, k) / math.sqrt(w_q.shape[1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None], NEG_INF)  # (B, 1, T, S) for every head
+    return torch.softmax(scores, dim=-1)
 
 
-def _mha_to_plain(value: object) -> list[dict]:
-    return parts_plain(value, _MHA_NAMES)
+def _hw(inputs: tuple, *, scale: float | None = None, keys_with: str = "w_k",
+        cut: str = "right", mask_mode: str = "per head", dim: int = -1, softmax: bool = True,
+        swapped: bool = False) -> Callable[[], list[Tensor]]:
+    """Task 5.1 with one knob turned to a known mistake (defaults: right)."""
+    query, key, w_q, w_k = inputs[:4]
+    mask = inputs[4] if len(inputs) > 4 else None
+    H, Dh, D = w_q.shape
 
+    def project(x: Tensor, w: Tensor) -> Tensor:
+        packed = x @ w.reshape(H * Dh, D).T  # (B, L, H * Dh): head h in block h
+        B, L = x.shape[:2]
+        if cut == "no transpose":
+            return packed.reshape(B, H, L, Dh)
+        if cut == "interleaved":
+            return packed.reshape(B, L, Dh, H).permute(0, 3, 1, 2)
+        return packed.reshape(B, L, H, Dh).transpose(1, 2)
 
-def _mha(inputs: tuple, *, order: tuple[int, int, int] = (0, 1, 2),
-         split: Callable[[Tensor, int], Tensor] = split_heads,
-         merge: Callable[[Tensor], Tensor] = merge_heads,
-         attend: bank.Attention = scaled_dot_product_attention, project_out: bool = True,
-         in_bias: bool = True, out_bias: bool = True, in_transposed: bool = True,
-         out_transposed: bool = True, keys_from: str = "key", values_from: str = "value",
-         per_head_mask: bool = True, invert_mask: bool = False) -> Callable[[], tuple]:
-    """A multi-head forward with one knob turned to a known mistake (defaults: right)."""
-    query, key, value, w_in, b_in, w_out, b_out, H = inputs[:8]
-    mask = inputs[8] if len(inputs) > 8 else None
-    sources = {"query": query, "key": key, "value": value}
-
-    def forward() -> tuple[Tensor, Tensor]:
-        weights = [w_in.chunk(3)[i] for i in order]
-        biases = [b_in.chunk(3)[i] for i in order] if b_in is not None and in_bias else [0] * 3
-
-        def project(x: Tensor, w: Tensor, b: Tensor | int) -> Tensor:
-            return x @ (w.T if in_transposed else w) + b
-
-        q = split(project(query, weights[0], biases[0]), H)  # (B, H, T, Dh)
-        k = split(project(sources[keys_from], weights[1], biases[1]), H)  # (B, H, S, Dh)
-        v = split(project(sources[values_from], weights[2], biases[2]), H)  # (B, H, S, Dh)
-        m = mask
-        if m is not None:
-            if invert_mask:
-                m = ~m
-            if per_head_mask and m.dim() == 3:
-                m = m.unsqueeze(1)  # (B, 1, T, S)
-        heads, attention = attend(q, k, v, m)  # (B, H, T, Dh), (B, H, T, S)
-        merged = merge(heads)  # (B, T, D)
-        if not project_out:
-            return merged, attention
-        out = merged @ (w_out.T if out_transposed else w_out)
-        if b_out is not None and out_bias:
-            out = out + b_out
-        return out, attention
-
-    return forward
-
-
-def _mha_variants(inputs: tuple) -> list[Variant]:
-    D = inputs[0].shape[-1]
-
-    def needs_mask() -> None:
-        if len(inputs) < 9:
+    def compute() -> list[Tensor]:
+        if mask_mode != "per head" and mask is None:
             raise ValueError("this mistake needs a mask")
+        q = project(query, w_q)
+        k = project(key, w_q if keys_with == "w_q" else w_k)
+        scores = (k @ q.transpose(-2, -1)) if swapped else (q @ k.transpose(-2, -1))
+        scores = scores / (math.sqrt(Dh) if scale is None else scale)
+        if mask is not None:
+            m = {"per head": mask[:, None], "as is": mask, "inverted": ~mask[:, None]}[mask_mode]
+            scores = scores.masked_fill(~m, NEG_INF)
+        return [torch.softmax(scores, dim=dim) if softmax else scores]
 
-    def with_mask(**knobs) -> Callable[[], tuple]:
-        forward = _mha(inputs, **knobs)
+    return compute
 
-        def run() -> tuple:
-            needs_mask()
-            return forward()
 
-        return run
-
-    orders = [p for p in itertools.permutations(range(3)) if p != (0, 1, 2)]
-    variants: list[Variant] = [
-        (HINT_NO_OUT_PROJ, _mha(inputs, project_out=False), ""),
-        (HINT_SCALE_D_HEAD,
-         _mha(inputs, attend=lambda q, k, v, m: bank.attend_by_width(q, k, v, m, D)), ""),
-        *[(HINT_CHUNK_ORDER, _mha(inputs, order=order), "") for order in orders],
-        (HINT_MASK_TORCH_CONVENTION, with_mask(invert_mask=True), ""),
-        (HINT_MASK_NOT_PER_HEAD, with_mask(per_head_mask=False), ""),
-        (HINT_OUT_BIAS, _mha(inputs, out_bias=False), ""),
-        (HINT_IN_BIAS, _mha(inputs, in_bias=False), ""),
-        (HINT_KV_FROM_QUERY, _mha(inputs, keys_from="query", values_from="query"), ""),
-        (HINT_V_FROM_KEY, _mha(inputs, values_from="key"), ""),
-        (HINT_IN_NOT_TRANSPOSED, _mha(inputs, in_transposed=False), ""),
-        (HINT_OUT_NOT_TRANSPOSED, _mha(inputs, out_transposed=False), ""),
+def _hw_variants(inputs: tuple) -> list[Variant]:
+    H, Dh, D = inputs[2].shape
+    return [
+        (HINT_HW_SCALE_D_MODEL, _hw(inputs, scale=math.sqrt(D)), ""),
+        (HINT_HW_SCALE_ALL_HEADS, _hw(inputs, scale=math.sqrt(H * Dh)), ""),
+        (HINT_NO_SCALE, _hw(inputs, scale=1.0), ""),
+        (HINT_SCALE_NO_SQRT, _hw(inputs, scale=float(Dh)), ""),
+        (HINT_HW_KEYS_WITH_WQ, _hw(inputs, keys_with="w_q"), ""),
+        (HINT_HEADS_NO_TRANSPOSE, _hw(inputs, cut="no transpose"), ""),
+        (HINT_HEADS_INTERLEAVED, _hw(inputs, cut="interleaved"), ""),
+        (HINT_MASK_NOT_PER_HEAD, _hw(inputs, mask_mode="as is"), ""),
+        (HINT_MASK_INVERTED, _hw(inputs, mask_mode="inverted"), ""),
+        (HINT_SOFTMAX_DIM, _hw(inputs, dim=-2), ""),
+        (HINT_SOFTMAX_DIM_1, _hw(inputs, dim=1), ""),
+        (HINT_SCORES_TRANSPOSED, _hw(inputs, swapped=True), ""),
+        (HINT_HW_NO_SOFTMAX, _hw(inputs, softmax=False), ""),
     ]
-    for hint, split in _SPLIT_MISTAKES:
-        variants.append((f"{HINT_MHA_SPLIT_WRONG} {hint}", _mha(inputs, split=split), ""))
-    for hint, merge in _MERGE_MISTAKES:
-        variants.append((f"{HINT_MHA_MERGE_WRONG} {hint}", _mha(inputs, merge=merge), ""))
-    # The same mistake in both directions: a consistent but wrong reshape.
-    for (hint, split), (_, merge) in zip(_SPLIT_MISTAKES, _MERGE_MISTAKES, strict=False):
-        variants.append((f"{HINT_MHA_SPLIT_WRONG} {hint}",
-                         _mha(inputs, split=split, merge=merge), ""))
-    for hint, attend in bank.attention_mistakes():
-        variants.append((f"{HINT_MHA_ATTENTION_WRONG} {hint}", _mha(inputs, attend=attend), ""))
-    return variants
 
 
-def _mha_shape_hint(got: list, expected: list, k: int) -> str:
-    out_shape, weights_shape = expected
-    B, H, T, S = weights_shape
-    D = out_shape[-1]
-    if got[0] == weights_shape and got[1] == out_shape:
-        return HINT_PAIR_ORDER
-    if k == 0:
-        if got[0] == (B, H, T, D // H):
-            return HINT_HEADS_NOT_MERGED
-        return HINT_MHA_SHAPE
-    if got[1] in ((B, T, S), (B, 1, T, S)):
-        return HINT_WEIGHTS_AVERAGED
-    if got[1] == (B, H, T, T) and T != S:
-        return HINT_WEIGHTS_SELF_ONLY
-    return HINT_MHA_SHAPE
+def _hw_shape_hint(got: list, expected: list, k: int) -> str:
+    B, H, T, S = expected[0]
+    shape = got[0]
+    if shape in ((B, T, S), (B, 1, T, S), (1, T, S)):
+        return HINT_HW_AVERAGED
+    if shape == (B, H, S, T):
+        return HINT_SCORES_TRANSPOSED
+    if len(shape) == 4 and sorted(shape) == sorted((B, H, T, S)):
+        return HINT_HW_AXES
+    return HINT_HW_SHAPE
 
 
-_judge_mha = tensor_judge(_build_mha_args, _MHA_NAMES, _mha_variants, _mha_shape_hint,
-                          HINT_MHA_GENERIC)
+_judge_hw = tensor_judge(_build_hw_args, ("weights",), _hw_variants, _hw_shape_hint,
+                         HINT_HW_GENERIC)
 
 
 @dataclass(frozen=True)
-class MultiHead(Args):
-    """A case of task 5.3: query (B, T, D), key and value (B, S, D) (``cross``) or the query
-    itself (self-attention, S = T), H heads, biases or None, a mask or None."""
+class HeadScores(Args):
+    """A case of task 5.1: query (B, T, D), key (B, S, D) (``cross``) or the query itself
+    (S = T), H heads of width Dh (H * Dh need not be D), a (B, T, S) mask or None."""
 
     seed: int
     B: int
@@ -666,9 +296,9 @@ class MultiHead(Args):
     S: int
     D: int
     H: int
+    Dh: int
     cross: bool
     mask: list | None = None
-    bias: bool = True
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
@@ -676,95 +306,868 @@ class MultiHead(Args):
             raise ValueError("self-attention has S = T")
 
 
-_MHA_CASES = (
-    MultiHead(541, B=2, T=5, S=4, D=8, H=2, cross=True).case(
-        "cross-attention, no mask; 5 queries and 4 keys, D = 8, H = 2 (Dh = 4)"),
-    MultiHead(542, B=2, T=3, S=6, D=12, H=3, cross=True,
-              mask=masks.padding([6, 4], 6, ones=2)).case(
-        "cross-attention, 3 queries and 6 keys, D = 12, H = 3, a (B, 1, 1, S) key-padding mask"),
-    MultiHead(543, B=2, T=4, S=4, D=8, H=4, cross=False, mask=masks.causal(4), bias=False).case(
-        "self-attention with a causal (T, T) mask, no biases; D = 8, H = 4 (Dh = 2)"),
-    MultiHead(544, B=2, T=4, S=5, D=6, H=2, cross=True,
-              mask=[masks.rows("11000", "11100", "11110", "11111"),
-                    masks.rows("10001", "01001", "00101", "00011")]).case(
-        "a (B, T, S) mask, one per sequence, shared by the heads; B = H = 2"),
-    MultiHead(545, B=3, T=4, S=3, D=6, H=3, cross=True,
-              mask=masks.rows("110", "011", "101", "111")).case(
-        "cross-attention with a (T, S) mask; D = 6, H = 3 (Dh = 2)"),
+_HW_CASES = (
+    HeadScores(511, B=2, T=5, S=4, D=6, H=3, Dh=4, cross=True).case(
+        "cross-attention, no mask; 5 queries and 4 keys, D = 6, 3 heads of width 4"),
+    HeadScores(512, B=2, T=4, S=4, D=8, H=2, Dh=3, cross=False,
+               mask=[masks.causal(4), masks.rows("1000", "1100", "0110", "0011")]).case(
+        "self-attention, a (B, T, S) mask per sequence with B = H = 2; D = 8, Dh = 3"),
+    HeadScores(513, B=3, T=3, S=6, D=10, H=4, Dh=2, cross=True,
+               mask=[masks.padding([6], 6, ones=0) * 3, masks.padding([4], 6, ones=0) * 3,
+                     masks.padding([2], 6, ones=0) * 3]).case(
+        "cross-attention, 3 queries and 6 padded keys (lengths 6, 4, 2) as a (B, T, S) mask; "
+        "4 heads of width 2"),
 )
 
 
-def _multihead(rng: random.Random, *, cross: bool, mask: str | None = None, B: int | None = None,
-               T: int | None = None, H: int | None = None, Dh: int | None = None,
-               large: bool = False, bias: bool = True, dtype: str = "float32") -> MultiHead:
-    """A case of task 5.3 drawn from ``rng``. ``mask``: None, "causal", "rows" (T, S),
-    "padding" (B, 1, 1, S), "sequences" (B, T, S) with B != H, "heads" (B, H, T, S)."""
-    H, Dh = _heads(rng, H=H, Dh=Dh, large=large)
-    if B is None:
-        B = rng.randint(1, 2) if large else rng.choice([b for b in (2, 3) if b != H])
-    if T is None:
-        T = rng.randint(8, 12) if large else rng.randint(3, 6)
-    S = (rng.randint(8, 12) if large else rng.choice([n for n in range(2, 7) if n != T])
-         ) if cross else T
+def _hw_case(rng: random.Random, *, cross: bool = True, mask: str | None = None,
+             H: int | None = None, B: int | None = None, T: int | None = None,
+             large: bool = False, dtype: str = "float32") -> HeadScores:
+    """A case of task 5.1 drawn from ``rng``; ``mask``: None, "rows" (every sequence its
+    own), "causal"."""
+    D, Dh = (rng.randint(12, 20), rng.choice([4, 8])) if large else draw_sizes(rng, 2, 2, 7)
+    H = (rng.randint(2, 4) if not large else rng.choice([4, 8])) if H is None else H
+    B = (rng.randint(1, 3) if large else rng.choice([b for b in (2, 3) if b != H])
+         ) if B is None else B
+    T = (rng.randint(8, 12) if large else rng.randint(2, 6)) if T is None else T
+    S = (rng.choice([n for n in range(2, 9) if n != T]) if cross else T)
+    plain = {
+        None: lambda: None,
+        "rows": lambda: [masks.random_rows(rng, T, S) for _ in range(B)],
+        "causal": lambda: [masks.causal(T) for _ in range(B)],
+    }[mask]()
+    return HeadScores(draw_seed(rng), B, T, S, D, H, Dh, cross, plain, dtype)
+
+
+_HW_HIDDEN = (
+    hidden("hidden: float64, a mask per sequence",
+           lambda rng: _hw_case(rng, mask="rows", dtype="float64")),
+    hidden("hidden: one head", lambda rng: _hw_case(rng, mask="rows", H=1)),
+    hidden("hidden: causal self-attention, larger sizes",
+           lambda rng: _hw_case(rng, cross=False, mask="causal", large=True)),
+    hidden("hidden: one query, a batch of one", lambda rng: _hw_case(rng, B=1, T=1)),
+)
+
+register(
+    Task(
+        id="5.1",
+        assignment=ASSIGNMENT,
+        func_name="head_weights",
+        title="Every head's attention weights from per-head query and key matrices",
+        cases=_HW_CASES,
+        hidden=_HW_HIDDEN,
+        build_args=_build_hw_args,
+        reference=head_weights,
+        to_plain=lambda value: tensor_plain(value, "the weights"),
+        judge=_judge_hw,
+        forbidden=_NO_ATTENTION_LIBRARIES,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "w_q and w_k are (H, Dh, D), so head h's queries are (B, T, Dh) and its keys "
+            "(B, S, Dh); the scores are (B, H, T, S); a (B, T, S) mask needs a head axis to "
+            "broadcast to them.",
+            "TypeError": "The function is called without a mask when there is none: give it "
+            "the default mask=None.",
+            "CheckError": "Return one tensor, the weights (B, H, T, S).",
+        },
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 5.2 grouped_query_attention (extension)
+# --------------------------------------------------------------------------------------------
+
+HINT_GQA_CYCLIC = (
+    "The heads are assigned to the wrong groups: group g serves the CONSECUTIVE query heads "
+    "g * H/G to (g + 1) * H/G - 1. Yours gives group g the heads g, g + G, g + 2G, ... (each "
+    "group's keys and values repeated as a whole block, instead of each group repeated in "
+    "place)."
+)
+HINT_GQA_FIRST_GROUP = (
+    "Every head reads the keys and values of the first group only: that is multi-query "
+    "attention whatever G is. Each of the G groups serves its own H/G query heads."
+)
+HINT_GQA_SCALE_D_MODEL = (
+    "Scale each head's scores by the square root of Dh = D / H, the width of one head's "
+    "queries and keys, not of D, the model width."
+)
+HINT_GQA_SCALE_KV = (
+    "Scale by the square root of Dh, the width of one head, not of G * Dh, the width of the "
+    "whole key projection: each score is a dot product of Dh numbers."
+)
+HINT_GQA_NO_OUT_PROJ = (
+    "Apply the output projection W^O to the merged heads: out = [head_1; ...; head_H] W^O^T."
+)
+HINT_GQA_VALUES = "The values have their own projection, W^V: do not reuse the keys'."
+HINT_GQA_MERGE = (
+    "The heads are merged in the wrong place: move the head axis back next to the features "
+    "before flattening (B, H, T, Dh) into (B, T, D), so that row t holds position t's outputs "
+    "of every head."
+)
+HINT_GQA_WEIGHTS_PER_GROUP = (
+    "Return one map of weights per QUERY head, (B, H, T, T): the heads of a group share keys "
+    "and values, but each has its own queries, hence its own weights."
+)
+HINT_GQA_SHAPE = "Return (out, weights): out (B, T, D), weights (B, H, T, T)."
+HINT_GQA_GENERIC = (
+    "Project the queries into H heads of width Dh = D / H, the keys and values into G groups "
+    "of the same width; let head h use the keys and values of group h // (H / G); attend in "
+    "every head (scores divided by the square root of Dh, the mask shared by the heads); merge "
+    "the heads and apply W^O."
+)
+
+
+def _build_gqa_args(args: dict) -> tuple:
+    gen, dtype = generator(args)
+    B, T, D, H, G = (int(args[name]) for name in ("B", "T", "D", "H", "G"))
+    Dh = D // H
+    x = normal(gen, (B, T, D), 1.0, dtype)
+    w_q = normal(gen, (D, D), 1 / math.sqrt(D), dtype)
+    w_k = normal(gen, (G * Dh, D), 1 / math.sqrt(D), dtype)
+    w_v = normal(gen, (G * Dh, D), 1 / math.sqrt(D), dtype)
+    w_o = normal(gen, (D, D), 1 / math.sqrt(D), dtype)
+    inputs = (x, w_q, w_k, w_v, w_o, H, G)
+    if args["mask"] is None:
+        return inputs
+    return (*inputs, masks.as_tensor(args["mask"]))
+
+
+def _kv_groups(x: Tensor, w: Tensor, n_groups: int) -> Tensor:
+    """(B, T, D) projected by ``w`` (G * Dh, D) and cut into G groups: (B, G, T, Dh)."""
+    B, T, _ = x.shape
+    return (x @ w.T).reshape(B, T, n_groups, -1).transpose(1, 2)
+
+
+def kv_cache_numbers(n_groups: int, d_head: int) -> int:
+    """How many numbers one token adds to a layer's key/value cache under grouped-query
+    attention: the keys and the values of every group, as :func:`grouped_query_attention`
+    computes them (question 5.6 counts them on a token)."""
+    token = torch.zeros(1, 1, n_groups * d_head)  # one token of width G * Dh
+    w = torch.zeros(n_groups * d_head, n_groups * d_head)
+    return _kv_groups(token, w, n_groups).numel() * 2  # keys and values
+
+
+def grouped_query_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor,
+                            n_heads: int, n_groups: int,
+                            mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Task 5.2's reference: grouped-query self-attention.
+
+    Args:
+        x: (B, T, D).
+        w_q: (D, D), the H query heads of width Dh = D // H stacked; w_k, w_v: (G * Dh, D),
+            the G key and value groups stacked; w_o: (D, D). No biases.
+        n_heads: H; n_groups: G, a divisor of H. Head h reads group h // (H // G).
+        mask: bool, True = may attend, broadcastable to (B, H, T, T); 3-D: (B, T, T).
+
+    Returns:
+        ``(out (B, T, D), weights (B, H, T, T))``.
+    """
+    B, T, D = x.shape
+    Dh = D // n_heads
+    q = (x @ w_q.T).reshape(B, T, n_heads, Dh).transpose(1, 2)  # (B, H, T, Dh)
+    per_group = n_heads // n_groups
+    k = _kv_groups(x, w_k, n_groups).repeat_interleave(per_group, dim=1)  # (B, H, T, Dh)
+    v = _kv_groups(x, w_v, n_groups).repeat_interleave(per_group, dim=1)  # (B, H, T, Dh)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # (B, H, T, T)
+    if mask is not None:
+        allowed = mask.unsqueeze(1) if mask.dim() == 3 else mask
+        scores = scores.masked_fill(~allowed, NEG_INF)
+    weights = torch.softmax(scores, dim=-1)
+    heads = (weights @ v).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+    return heads @ w_o.T, weights
+
+
+def _gqa(inputs: tuple, *, assign: str = "in place", scale: float | None = None,
+         values_with: str = "w_v", project_out: bool = True, cut: str = "right",
+         merge: str = "right", mask_mode: str = "per head") -> Callable[[], tuple]:
+    """Grouped-query attention with one knob turned to a known mistake (defaults: right)."""
+    x, w_q, w_k, w_v, w_o, H, G = inputs[:7]
+    mask = inputs[7] if len(inputs) > 7 else None
+    B, T, D = x.shape
+    Dh = D // H
+
+    def groups(w: Tensor, n: int) -> Tensor:
+        packed = x @ w.T  # (B, T, n * Dh)
+        if cut == "no transpose":
+            return packed.reshape(B, n, T, Dh)
+        return packed.reshape(B, T, n, Dh).transpose(1, 2)
+
+    def shared(t: Tensor) -> Tensor:  # (B, G, T, Dh) -> (B, H, T, Dh)
+        if assign == "cyclic":
+            return t.repeat(1, H // G, 1, 1)
+        if assign == "first":
+            return t[:, :1].expand(B, H, T, Dh)
+        return t.repeat_interleave(H // G, dim=1)
+
+    def forward() -> tuple[Tensor, Tensor]:
+        if mask_mode != "per head" and (mask is None or mask.dim() != 3):
+            raise ValueError("this mistake needs a (B, T, T) mask")
+        q = groups(w_q, H)
+        k = shared(groups(w_k, G))
+        v = shared(groups(w_k if values_with == "w_k" else w_v, G))
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(Dh) if scale is None else scale)
+        if mask is not None:
+            m = mask.unsqueeze(1) if mask.dim() == 3 and mask_mode == "per head" else mask
+            scores = scores.masked_fill(~m, NEG_INF)
+        weights = torch.softmax(scores, dim=-1)
+        heads = weights @ v  # (B, H, T, Dh)
+        merged = (heads.reshape(B, T, D) if merge == "no transpose"
+                  else heads.transpose(1, 2).reshape(B, T, D))
+        return (merged @ w_o.T if project_out else merged), weights
+
+    return forward
+
+
+def _gqa_variants(inputs: tuple) -> list[Variant]:
+    D, H, G = inputs[0].shape[-1], inputs[5], inputs[6]
+    Dh = D // H
+    return [
+        (HINT_GQA_CYCLIC, _gqa(inputs, assign="cyclic"), ""),
+        (HINT_GQA_FIRST_GROUP, _gqa(inputs, assign="first"), ""),
+        (HINT_GQA_SCALE_D_MODEL, _gqa(inputs, scale=math.sqrt(D)), ""),
+        (HINT_GQA_SCALE_KV, _gqa(inputs, scale=math.sqrt(G * Dh)), ""),
+        (HINT_NO_SCALE, _gqa(inputs, scale=1.0), ""),
+        (HINT_GQA_NO_OUT_PROJ, _gqa(inputs, project_out=False), ""),
+        (HINT_GQA_VALUES, _gqa(inputs, values_with="w_k"), ""),
+        (HINT_HEADS_NO_TRANSPOSE, _gqa(inputs, cut="no transpose"), ""),
+        (HINT_GQA_MERGE, _gqa(inputs, merge="no transpose"), ""),
+        (HINT_HEADS_NO_TRANSPOSE, _gqa(inputs, cut="no transpose", merge="no transpose"), ""),
+        (HINT_MASK_NOT_PER_HEAD, _gqa(inputs, mask_mode="as is"), ""),
+    ]
+
+
+def _gqa_shape_hint_for(inputs: tuple) -> Callable[[list, list, int], str]:
+    G = inputs[6]
+
+    def hint(got: list, expected: list, k: int) -> str:
+        out_shape, weights_shape = expected
+        B, H, T, S = weights_shape
+        if got[0] == weights_shape and got[1] == out_shape:
+            return HINT_PAIR_ORDER
+        if k == 1 and got[1] == (B, G, T, S):
+            return HINT_GQA_WEIGHTS_PER_GROUP
+        return HINT_GQA_SHAPE
+
+    return hint
+
+
+def _gqa_all_variants(inputs: tuple) -> list[Variant]:
+    mask = inputs[7] if len(inputs) > 7 else None
+    variants = _gqa_variants(inputs)
+    if mask is not None:
+        flipped = (*inputs[:7], ~mask)
+        variants.append((HINT_MASK_INVERTED, _gqa(flipped), ""))
+    return variants
+
+
+_judge_gqa = tensor_judge(_build_gqa_args, ("out", "weights"), _gqa_all_variants,
+                          _gqa_shape_hint_for, HINT_GQA_GENERIC, inputs_shape_hint=True)
+
+
+@dataclass(frozen=True)
+class Grouped(Args):
+    """A case of task 5.2: x (B, T, D), H query heads, G key/value groups, a mask or None."""
+
+    seed: int
+    B: int
+    T: int
+    D: int
+    H: int
+    G: int
+    mask: list | None = None
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.D % self.H or self.H % self.G:
+            raise ValueError("H divides D and G divides H")
+
+
+_GQA_CASES = (
+    Grouped(521, B=2, T=5, D=8, H=4, G=2).case(
+        "4 query heads in 2 groups, no mask; D = 8 (Dh = 2)"),
+    Grouped(522, B=2, T=4, D=12, H=3, G=1, mask=masks.causal(4)).case(
+        "multi-query (G = 1), 3 heads, a causal (T, T) mask"),
+    Grouped(523, B=2, T=4, D=8, H=2, G=2,
+            mask=[masks.rows("1100", "1110", "0111", "0011"), masks.causal(4)]).case(
+        "multi-head (G = H = 2), a (B, T, T) mask per sequence with B = H"),
+    Grouped(524, B=2, T=6, D=12, H=6, G=3, mask=masks.padding([6, 4], 6, ones=2)).case(
+        "6 heads in 3 groups, a (B, 1, 1, T) key-padding mask (lengths 6 and 4)"),
+)
+
+
+def _gqa_case(rng: random.Random, *, groups: str = "between", mask: str | None = None,
+              B: int | None = None, large: bool = False, dtype: str = "float32") -> Grouped:
+    """A case of task 5.2 drawn from ``rng``; ``groups``: "between" (1 < G < H), "one"
+    (G = 1), "all" (G = H), "single" (H = G = 1); ``mask``: None, "causal", "padding",
+    "sequences" (B, T, T) with B != H."""
+    H = rng.choice([4, 8]) if large else rng.choice([4, 6])
+    if groups == "single":
+        H = 1
+    G = {"between": rng.choice([g for g in range(2, H) if H % g == 0] or [1]), "one": 1,
+         "all": H, "single": 1}[groups]
+    Dh = rng.choice([2, 4]) if large else rng.randint(1, 3)
+    if B is None:  # a (B, T, T) mask: B > 1 and B != H, so that its head axis matters
+        B = rng.choice([b for b in (2, 3) if b != H]) if mask == "sequences" else rng.randint(1, 3)
+    T = rng.randint(8, 12) if large else rng.randint(2, 6)
     plain = {
         None: lambda: None,
         "causal": lambda: masks.causal(T),
-        "rows": lambda: masks.random_rows(rng, T, S),
-        "padding": lambda: masks.padding(masks.random_lengths(rng, B, S), S, ones=2),
-        "sequences": lambda: [masks.random_rows(rng, T, S) for _ in range(B)],
-        "heads": lambda: [[masks.random_rows(rng, T, S) for _ in range(H)] for _ in range(B)],
+        "padding": lambda: masks.padding(masks.random_lengths(rng, B, T), T, ones=2),
+        "sequences": lambda: [masks.random_rows(rng, T, T) for _ in range(B)],
     }[mask]()
-    return MultiHead(draw_seed(rng), B, T, S, H * Dh, H, cross, plain, bias, dtype)
+    return Grouped(draw_seed(rng), B, T, H * Dh, H, G, plain, dtype)
 
 
-_MHA_HIDDEN = (
-    hidden("hidden: float64, causal self-attention",
-           lambda rng: _multihead(rng, cross=False, mask="causal", dtype="float64")),
-    hidden("hidden: one head (H = 1)", lambda rng: _multihead(rng, cross=True, mask="rows", H=1)),
-    hidden("hidden: heads of width 1 (H = D)", lambda rng: _multihead(rng, cross=False, Dh=1)),
-    hidden("hidden: cross-attention, float64, no biases, a (T, S) mask",
-           lambda rng: _multihead(rng, cross=True, mask="rows", bias=False, dtype="float64")),
-    hidden("hidden: one query, a key-padding mask",
-           lambda rng: _multihead(rng, cross=True, mask="padding", T=1)),
-    hidden("hidden: a (B, T, S) mask with B != H",
-           lambda rng: _multihead(rng, cross=True, mask="sequences")),
-    hidden("hidden: larger sizes, causal",
-           lambda rng: _multihead(rng, cross=False, mask="causal", large=True)),
-    hidden("hidden: a batch of one, no mask", lambda rng: _multihead(rng, cross=True, B=1)),
-    hidden("hidden: a (B, H, T, S) mask, one per head",
-           lambda rng: _multihead(rng, cross=True, mask="heads")),
+_GQA_HIDDEN = (
+    hidden("hidden: float64, groups of several heads, causal",
+           lambda rng: _gqa_case(rng, mask="causal", dtype="float64")),
+    hidden("hidden: multi-query, key padding", lambda rng: _gqa_case(rng, groups="one",
+                                                                     mask="padding")),
+    hidden("hidden: multi-head, float64", lambda rng: _gqa_case(rng, groups="all",
+                                                                dtype="float64")),
+    hidden("hidden: one head", lambda rng: _gqa_case(rng, groups="single", mask="causal")),
+    hidden("hidden: a (B, T, T) mask with B != H",
+           lambda rng: _gqa_case(rng, mask="sequences")),
+    hidden("hidden: larger sizes", lambda rng: _gqa_case(rng, mask="causal", large=True)),
 )
+
+register(
+    Task(
+        id="5.2",
+        assignment=ASSIGNMENT,
+        func_name="grouped_query_attention",
+        title="Grouped-query attention: H query heads sharing G groups of keys and values",
+        cases=_GQA_CASES,
+        hidden=_GQA_HIDDEN,
+        build_args=_build_gqa_args,
+        reference=grouped_query_attention,
+        to_plain=lambda value: parts_plain(value, ("out", "weights")),
+        judge=_judge_gqa,
+        forbidden=_NO_MULTIHEAD_LIBRARIES,
+        error_hints={
+            "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
+            "w_q (D, D) gives H heads of width Dh = D // H, w_k and w_v (G * Dh, D) give G "
+            "groups of the same width; the G groups must become H heads (one copy per head "
+            "of the group) before they meet the queries; a (B, T, T) mask needs a head axis; "
+            "and .view after a transpose fails: use .reshape.",
+            "ValueError": "A function refused its arguments: chapter 4's "
+            "scaled_dot_product_attention raises this when the mask does not broadcast to the "
+            "scores (B, H, T, T), or when the queries and keys have different numbers of heads.",
+            "TypeError": "The function is called without a mask when there is none: give it "
+            "the default mask=None.",
+            "CheckError": "Return a pair (out, weights) of tensors.",
+        },
+        kind="extension",
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 5.3 train_two_markers (train)
+# --------------------------------------------------------------------------------------------
+
+#: The task's letters, sequence length, training and held-out sizes.
+TWO_LETTERS = 16
+TWO_T = 8
+TWO_TRAIN = 2000
+TWO_HELD_OUT = 2000
+#: TwoMarkerModel's width and heads.
+TWO_D = 16
+TWO_HEADS = 2
+#: Full marks from 0.95 held-out accuracy, half from 0.7, a quarter from 0.4 (chance: 1/16).
+TWO_BANDS = ((0.95, 1.0), (0.7, 0.5), (0.4, 0.25))
+#: Seconds one training may take (measured on one thread); the reference needs one or two.
+TWO_TIME_LIMIT = 10.0
+
+HINT_TWO_TRAIN = (
+    "The model is confident but wrong on held-out sequences: it learnt something else than the "
+    "task. Train on the sequences, markers and answers given, with the cross-entropy of both "
+    "answers (the letter at marker 1, then the letter at marker 2), and clear the gradients "
+    "before every backward pass."
+)
+HINT_TWO_PARTIAL = (
+    "Partial credit: the model has learnt part of the task (often one of the two look-ups). "
+    "Train for more steps (or with a larger learning rate) on the sequences given, and watch "
+    "the training loss of both answers fall."
+)
+HINT_TWO_UNTRAINED = (
+    "The model's predictions are close to uniform: it links no sequence to its answers. Is it "
+    "trained at all (a backward pass and an optimizer step on the parameters of the model you "
+    "return), and does each minibatch pair the sequences with their own answers?"
+)
+
+
+class TwoMarkerModel(nn.Module):
+    """The course model of task 5.3: one layer of multi-head self-attention reads a sequence of
+    letters in which two positions are marked, and predicts both marked letters at the last
+    position.
+
+    A token's vector is the sum of its letter's embedding and its marker's (0: none, 1: marker
+    1, 2: marker 2); the layer (:class:`coursepkg.multihead.MultiHeadAttention`, D = 16, two
+    heads; no positions: both look-ups are by content) is added to its input, and a linear
+    layer reads the two letters out of the last position.
+    """
+
+    def __init__(self, n_heads: int = TWO_HEADS) -> None:
+        super().__init__()
+        self.letters = nn.Embedding(TWO_LETTERS, TWO_D)
+        self.markers = nn.Embedding(3, TWO_D)
+        self.attention = MultiHeadAttention(TWO_D, n_heads)
+        self.readout = nn.Linear(TWO_D, 2 * TWO_LETTERS)
+
+    def forward(self, tokens: Tensor, markers: Tensor) -> Tensor:
+        """tokens, markers: (B, T) int64 -> logits (B, 2, letters): the letter at marker 1,
+        then the letter at marker 2."""
+        x = self.letters(tokens) + self.markers(markers)  # (B, T, D)
+        out, _ = self.attention(x, x, x)  # (B, T, D)
+        h = x + out
+        return self.readout(h[:, -1]).view(-1, 2, TWO_LETTERS)
+
+
+#: Every name of TwoMarkerModel's state_dict and its shape.
+TWO_SHAPES = {
+    "letters.weight": (TWO_LETTERS, TWO_D),
+    "markers.weight": (3, TWO_D),
+    "attention.in_proj_weight": (3 * TWO_D, TWO_D),
+    "attention.in_proj_bias": (3 * TWO_D,),
+    "attention.out_proj.weight": (TWO_D, TWO_D),
+    "attention.out_proj.bias": (TWO_D,),
+    "readout.weight": (2 * TWO_LETTERS, TWO_D),
+    "readout.bias": (2 * TWO_LETTERS,),
+}
+
+
+def two_marker_data(seed: int, n: int, *,
+                    answer: str = "both") -> tuple[Tensor, Tensor, Tensor]:
+    """``n`` sequences of the task, their markers and their answers, drawn from ``seed``.
+
+    Each sequence holds :data:`TWO_T` letters out of :data:`TWO_LETTERS`; two different
+    positions (never the last) carry marker 1 and marker 2.
+
+    Args:
+        seed: seeds the draw.
+        n: the number of sequences.
+        answer: ``"both"``: (the letter at marker 1, the letter at marker 2), the task;
+            ``"swapped"``: the two answers in the other order (another task, for the tests).
+
+    Returns:
+        ``(tokens (n, T) int64, markers (n, T) int64 in {0, 1, 2}, targets (n, 2) int64)``.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    tokens = torch.randint(0, TWO_LETTERS, (n, TWO_T), generator=gen)
+    where = torch.rand(n, TWO_T - 1, generator=gen).argsort(dim=1)[:, :2]  # (n, 2) distinct
+    markers = torch.zeros(n, TWO_T, dtype=torch.long)
+    markers.scatter_(1, where, torch.tensor([1, 2]).expand(n, 2))
+    targets = tokens.gather(1, where)  # (n, 2)
+    if answer == "swapped":
+        targets = targets.flip(1)
+    return tokens, markers, targets
+
+
+def _build_two_args(args: dict) -> tuple:
+    """The student's arguments: the training sequences, markers, answers and a seed (never the
+    held-out seed, which :func:`coursepkg.checks.core.student_args` holds back)."""
+    tokens, markers, targets = two_marker_data(int(args["seed"]), int(args["n"]))
+    return tokens, markers, targets, int(args["seed"])
+
+
+def two_held_out(args: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``expected`` hook: held-out sequences drawn from the case's ``"_heldout"`` seed."""
+    return two_marker_data(int(args["_heldout"]), TWO_HELD_OUT)
+
+
+def two_accuracy(model: nn.Module, tokens: Tensor, markers: Tensor, targets: Tensor) -> float:
+    """The accuracy of ``model`` over both answers of every sequence."""
+    with torch.no_grad():
+        return (model(tokens, markers).argmax(dim=-1) == targets).float().mean().item()
+
+
+def _judge_two(got: object, expected: tuple, args: dict) -> Verdict:
+    state = state_dict_tensors(got, TWO_SHAPES)  # a forged answer raises: "not the form"
+    tokens, markers, targets = expected
+    model = with_weights(TwoMarkerModel, torch.float32, state)
+    with torch.no_grad():
+        logits = model(tokens, markers)  # (N, 2, letters)
+    accuracy = (logits.argmax(dim=-1) == targets).float().mean().item()
+    verdict = banded(accuracy, TWO_BANDS, metric="held-out accuracy")
+    if verdict.ok:
+        return verdict
+    if verdict.fraction:
+        hint = HINT_TWO_PARTIAL
+    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.25:
+        hint = HINT_TWO_UNTRAINED
+    else:
+        hint = HINT_TWO_TRAIN
+    return dataclasses.replace(verdict, hint=hint)
+
+
+def train_two_markers(tokens: Tensor, markers: Tensor, targets: Tensor,
+                      seed: int) -> TwoMarkerModel:
+    """Task 5.3's reference: Adam on minibatches of 128 sequences, 150 steps (one or two
+    seconds of CPU on one thread).
+
+    Args:
+        tokens, markers: (N, T) the training sequences and their markers; targets: (N, 2);
+        seed: seeds the initialisation and the minibatches.
+
+    Returns:
+        The trained :class:`TwoMarkerModel`.
+    """
+    torch.manual_seed(seed)
+    model = TwoMarkerModel()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
+    batches = torch.Generator().manual_seed(seed)
+    for _ in range(150):
+        rows = torch.randint(0, len(targets), (128,), generator=batches)
+        logits = model(tokens[rows], markers[rows])  # (128, 2, letters)
+        loss = F.cross_entropy(logits.reshape(-1, TWO_LETTERS), targets[rows].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
 
 register(
     Task(
         id="5.3",
         assignment=ASSIGNMENT,
-        func_name="multi_head_attention",
-        title="The forward pass of multi-head attention with nn.MultiheadAttention's parameters",
-        cases=_MHA_CASES,
-        hidden=_MHA_HIDDEN,
-        build_args=_build_mha_args,
-        reference=multi_head_attention,
-        to_plain=_mha_to_plain,
-        judge=_judge_mha,
+        func_name="train_two_markers",
+        title="Train a two-head model to read two marked letters at once",
+        cases=(Case("2,000 training sequences", 3,
+                    {"seed": 531, "n": TWO_TRAIN, "_heldout": 9531}),),
+        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
+            "seed": draw_seed(rng), "n": TWO_TRAIN, "_heldout": draw_seed(rng)}),),
+        build_args=_build_two_args,
+        reference=train_two_markers,
+        to_plain=lambda value: state_dict_plain(value, TWO_SHAPES),
+        judge=_judge_two,
+        forbidden=("coursepkg.lm", "torch.nn.functional.scaled_dot_product_attention",
+                   "torch.nn.MultiheadAttention"),
+        error_hints={
+            "CheckError": "Return the trained TwoMarkerModel (or its state_dict()), with the "
+            "names and shapes of TwoMarkerModel().state_dict().",
+            "RuntimeError": "A tensor operation failed: the sequences and markers are (N, T) "
+            "integers and the answers (N, 2); TwoMarkerModel takes (tokens, markers) and "
+            "returns (B, 2, letters) logits, which cross_entropy wants as (B * 2, letters) "
+            "beside (B * 2,) answers.",
+        },
+        kind="train",
+        time_limit=TWO_TIME_LIMIT,
+        expected=two_held_out,
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Task 5.4 padded_multi_head_attention (debug)
+# --------------------------------------------------------------------------------------------
+
+HINT_DEBUG_SPLIT = (
+    "The heads are cut in the wrong place: the projection is stored position by position, so "
+    "reading (B, L, D) straight as (B, H, L, Dh) gives a 'head' a stretch of positions. Cut the "
+    "features into (H, Dh) at each position first, then move the head axis before the "
+    "positions."
+)
+HINT_DEBUG_MERGE = (
+    "The heads are merged in the wrong place: the outputs are (B, H, T, Dh), and flattening "
+    "them straight to (B, T, D) mixes heads with positions. Move the head axis back next to the "
+    "features first, then flatten."
+)
+HINT_DEBUG_SCALE = (
+    "The scores are divided by the square root of D: each head's scores are dot products of "
+    "Dh = D / H numbers, so their spread is the square root of Dh, and dividing by sqrt(D) "
+    "flattens every head's weights."
+)
+HINT_DEBUG_PADDING = (
+    "The padding mask lets one padding key in: sequence b has lengths[b] real keys, at "
+    "positions 0 to lengths[b] - 1, and the key at position lengths[b] is already padding."
+)
+PREFIX_DEBUG_SEVERAL = "Several bugs are still there:"
+HINT_DEBUG_INVERTED = (
+    "The padding mask is applied inverted: the scores filled with -inf must be those of the "
+    "padding keys; yours hides the real keys and keeps the padding."
+)
+HINT_DEBUG_SCALE_NO_SQRT = (
+    "Divide by the square root of Dh, not by Dh itself: the spread of a dot product of Dh "
+    "unit-variance terms is sqrt(Dh)."
+)
+HINT_DEBUG_NO_OUT_PROJ = "Keep the output projection W^O on the merged heads."
+HINT_DEBUG_SHAPE = "Return (out, weights): out (B, T, D), weights (B, H, T, S)."
+HINT_DEBUG_GENERIC = (
+    "Run the starter code on a small input and test what must hold: each head's weights sum "
+    "to 1 over the keys and are exactly 0 on every padding key; changing a padding key's "
+    "vector changes nothing; with one head the layer is chapter 4's attention followed by W^O; "
+    "and the scores have the scale of one head's width."
+)
+
+_BUG_HINTS = {
+    "split": HINT_DEBUG_SPLIT,
+    "merge": HINT_DEBUG_MERGE,
+    "scale": HINT_DEBUG_SCALE,
+    "padding": HINT_DEBUG_PADDING,
+}
+
+
+def _build_padded_args(args: dict) -> tuple:
+    gen, dtype = generator(args)
+    B, T, S, D, H = (int(args[name]) for name in ("B", "T", "S", "D", "H"))
+    query = normal(gen, (B, T, D), 1.0, dtype)
+    key, value = normal(gen, (B, S, D), 1.0, dtype), normal(gen, (B, S, D), 1.0, dtype)
+    lengths = torch.tensor(args["lengths"], dtype=torch.long)
+    w_q, w_k, w_v, w_o = (normal(gen, (D, D), 1 / math.sqrt(D), dtype) for _ in range(4))
+    return query, key, value, lengths, w_q, w_k, w_v, w_o, H
+
+
+def padded_with_bugs(query: Tensor, key: Tensor, value: Tensor, lengths: Tensor, w_q: Tensor,
+                     w_k: Tensor, w_v: Tensor, w_o: Tensor, n_heads: int,
+                     bugs: frozenset = frozenset(), *, inverted: bool = False,
+                     scale: float | None = None,
+                     project_out: bool = True) -> tuple[Tensor, Tensor]:
+    """The layer with some of the starter code's bugs (``bugs``, names of :data:`_BUG_HINTS`)
+    and other mistakes: the padding mask filled where it is True (``inverted``), scores
+    divided by ``scale``, no W^O."""
+    B, T, D = query.shape
+    S = key.shape[1]
+    Dh = D // n_heads
+
+    def cut(x: Tensor) -> Tensor:
+        L = x.shape[1]
+        if "split" in bugs:
+            return x.reshape(B, n_heads, L, Dh)
+        return x.reshape(B, L, n_heads, Dh).transpose(1, 2)
+
+    q, k, v = cut(query @ w_q.T), cut(key @ w_k.T), cut(value @ w_v.T)
+    if scale is None:
+        scale = math.sqrt(D) if "scale" in bugs else math.sqrt(Dh)
+    scores = q @ k.transpose(-2, -1) / scale  # (B, H, T, S)
+    positions = torch.arange(S)
+    keep = (positions <= lengths[:, None]) if "padding" in bugs else (positions < lengths[:, None])
+    keep = keep[:, None, None, :]  # (B, 1, 1, S)
+    scores = scores.masked_fill(keep if inverted else ~keep, NEG_INF)
+    weights = torch.softmax(scores, dim=-1)
+    heads = weights @ v  # (B, H, T, Dh)
+    merged = heads.reshape(B, T, D) if "merge" in bugs else heads.transpose(1, 2).reshape(B, T, D)
+    return (merged @ w_o.T if project_out else merged), weights
+
+
+def padded_multi_head_attention(query: Tensor, key: Tensor, value: Tensor, lengths: Tensor,
+                                w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor,
+                                n_heads: int) -> tuple[Tensor, Tensor]:
+    """Task 5.4's reference (the starter code fixed): multi-head attention from T queries to S
+    keys of which the first ``lengths[b]`` of sequence b are real.
+
+    Args:
+        query: (B, T, D); key, value: (B, S, D); lengths: (B,) int64, from 1 to S.
+        w_q, w_k, w_v, w_o: (D, D), one row per output feature; no biases.
+        n_heads: H, a divisor of D.
+
+    Returns:
+        ``(out (B, T, D), weights (B, H, T, S))``, the weights 0 on the padding keys.
+    """
+    return padded_with_bugs(query, key, value, lengths, w_q, w_k, w_v, w_o, n_heads)
+
+
+def debug_hint(bugs: frozenset) -> str:
+    """The feedback to the starter code with ``bugs`` left (one hint, or each of them)."""
+    hints = [_BUG_HINTS[name] for name in _BUG_HINTS if name in bugs]
+    return hints[0] if len(hints) == 1 else " ".join([PREFIX_DEBUG_SEVERAL, *hints])
+
+
+#: Every combination of the starter code's bugs, one bug first.
+BUG_SETS = tuple(frozenset(combo) for n in range(1, len(_BUG_HINTS) + 1)
+                 for combo in itertools.combinations(_BUG_HINTS, n))
+
+
+def _padded_variants(inputs: tuple) -> list[Variant]:
+    D = inputs[0].shape[-1]
+    Dh = D // inputs[8]
+    variants: list[Variant] = [
+        (debug_hint(bugs), lambda bugs=bugs: padded_with_bugs(*inputs, bugs), "")
+        for bugs in BUG_SETS
+    ]
+    variants += [
+        (HINT_DEBUG_INVERTED, lambda: padded_with_bugs(*inputs, inverted=True), ""),
+        (HINT_DEBUG_SCALE_NO_SQRT, lambda: padded_with_bugs(*inputs, scale=float(Dh)), ""),
+        (HINT_DEBUG_NO_OUT_PROJ, lambda: padded_with_bugs(*inputs, project_out=False), ""),
+    ]
+    return variants
+
+
+def _padded_shape_hint(got: list, expected: list, k: int) -> str:
+    out_shape, weights_shape = expected
+    if got[0] == weights_shape and got[1] == out_shape:
+        return HINT_PAIR_ORDER
+    return HINT_DEBUG_SHAPE
+
+
+_judge_padded = tensor_judge(_build_padded_args, ("out", "weights"), _padded_variants,
+                             _padded_shape_hint, HINT_DEBUG_GENERIC)
+
+
+@dataclass(frozen=True)
+class Padded(Args):
+    """A case of task 5.4: T queries, S keys of which ``lengths[b]`` are real, H heads."""
+
+    seed: int
+    B: int
+    T: int
+    S: int
+    D: int
+    H: int
+    lengths: tuple
+    dtype: str = "float32"
+
+
+_PADDED_CASES = (
+    Padded(541, B=2, T=4, S=5, D=8, H=2, lengths=(5, 3)).case(
+        "4 queries, 5 keys (lengths 5 and 3); D = 8, 2 heads"),
+    Padded(542, B=3, T=3, S=6, D=12, H=3, lengths=(2, 6, 4)).case(
+        "3 queries, 6 keys (lengths 2, 6 and 4); D = 12, 3 heads"),
+    Padded(543, B=1, T=5, S=4, D=8, H=4, lengths=(3,)).case(
+        "one sequence, 5 queries, 4 keys of which 3 are real; 4 heads of width 2"),
+)
+
+
+def _padded_case(rng: random.Random, *, H: int | None = None, T: int | None = None,
+                 large: bool = False, dtype: str = "float32") -> Padded:
+    H = (rng.choice([4, 8]) if large else rng.randint(2, 4)) if H is None else H
+    Dh = rng.choice([4, 8]) if large else rng.randint(2, 3)
+    B = rng.randint(2, 4)
+    S = rng.randint(8, 12) if large else rng.randint(3, 7)
+    T = (rng.randint(8, 12) if large else rng.randint(2, 6)) if T is None else T
+    lengths = masks.random_lengths(rng, B, S)
+    return Padded(draw_seed(rng), B, T, S, H * Dh, H, tuple(lengths), dtype)
+
+
+_PADDED_HIDDEN = (
+    hidden("hidden: float64", lambda rng: _padded_case(rng, dtype="float64")),
+    hidden("hidden: one head", lambda rng: _padded_case(rng, H=1)),
+    hidden("hidden: larger sizes", lambda rng: _padded_case(rng, large=True)),
+)
+
+register(
+    Task(
+        id="5.4",
+        assignment=ASSIGNMENT,
+        func_name="padded_multi_head_attention",
+        title="Fix a multi-head attention over padded keys with planted bugs",
+        cases=_PADDED_CASES,
+        hidden=_PADDED_HIDDEN,
+        build_args=_build_padded_args,
+        reference=padded_multi_head_attention,
+        to_plain=lambda value: parts_plain(value, ("out", "weights")),
+        judge=_judge_padded,
         forbidden=_NO_MULTIHEAD_LIBRARIES,
         error_hints={
             "RuntimeError": "A tensor operation failed, most often because shapes do not fit: "
-            "in_proj_weight is (3D, D) and chunk(3) gives three (D, D) matrices; q = query @ "
-            "w_q.T is (B, T, D), split into (B, H, T, Dh); k and v come from key and value, "
-            "(B, S, D) -> (B, H, S, Dh); a (B, T, S) mask needs .unsqueeze(1) to broadcast to "
-            "the scores (B, H, T, S); and .view after a transpose fails: use .reshape.",
-            "ValueError": "A function refused its arguments. Chapter 4's "
-            "scaled_dot_product_attention raises this when the mask does not broadcast to the "
-            "scores (B, H, T, S): unsqueeze a (B, T, S) mask at dim 1.",
-            "AttributeError": "in_proj_bias and out_proj_bias may be None (projections without "
-            "bias): test whether they are None before chunking or adding them.",
-            "TypeError": "The function is called without a mask when there is none: give it "
-            "the default mask=None. The biases may be None too: F.linear(x, w, None) accepts "
-            "that, x @ w.T + None does not.",
-            "NameError": "A name is not defined: call your split_heads (task 5.1) and "
-            "merge_heads (task 5.2), and run their cells first.",
+            "the queries are (B, T, D), the keys and values (B, S, D), each cut into H heads "
+            "of width Dh; the padding mask (B, S) needs axes of size 1 for the heads and the "
+            "queries; and .view after a transpose fails: use .reshape.",
             "CheckError": "Return a pair (out, weights) of tensors.",
         },
+        kind="debug",
     )
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Questions 5.5 to 5.7
+# --------------------------------------------------------------------------------------------
+
+#: Question 5.5's layer; question 5.6's decoder layer; question 5.7's layer and sequence.
+Q_PARAMS_D, Q_PARAMS_H = 64, 8
+Q_CACHE_H, Q_CACHE_DH, Q_CACHE_G, Q_CACHE_BYTES = 12, 64, 3, 4
+Q_MAPS_D, Q_MAPS_H, Q_MAPS_T = 32, 4, 10
+
+
+def attention_parameters_key() -> int:
+    """Question 5.5's key: the parameters of the package's MultiHeadAttention(64, 8)."""
+    with torch.random.fork_rng(devices=[]):
+        layer = MultiHeadAttention(Q_PARAMS_D, Q_PARAMS_H)
+    return sum(p.numel() for p in layer.parameters())
+
+
+def kv_cache_bytes_key() -> int:
+    """Question 5.6's key: the bytes one token adds to the layer's key/value cache, float32."""
+    return kv_cache_numbers(Q_CACHE_G, Q_CACHE_DH) * torch.finfo(torch.float32).bits // 8
+
+
+def attention_maps_key() -> int:
+    """Question 5.7's key: how many weights MultiHeadAttention(32, 4) returns for one sequence
+    of 10 tokens attending to itself."""
+    with torch.random.fork_rng(devices=[]):
+        layer = MultiHeadAttention(Q_MAPS_D, Q_MAPS_H)
+    x = torch.zeros(1, Q_MAPS_T, Q_MAPS_D)
+    with torch.no_grad():
+        _, weights = layer(x, x, x)
+    return weights.numel()
+
+
+HINT_Q_PARAMS = (
+    "Count the four D x D matrices W^Q, W^K, W^V and W^O and their biases: how do they depend "
+    "on the number of heads?"
+)
+HINT_Q_PARAMS_PER_HEAD = (
+    "Cutting W^Q into H blocks of rows does not make it H times larger: the layer has the same "
+    "parameters for every number of heads."
+)
+HINT_Q_PARAMS_NO_BIAS = (
+    "Almost: the layer has biases too, one per output feature of each of the four projections."
+)
+HINT_Q_PARAMS_NO_OUT = "Almost: the output projection W^O (and its bias) is part of the layer."
+HINT_Q_CACHE = (
+    "Per token, the cache keeps the keys and the values of that token for every key/value "
+    "group (not for every query head), each a vector of one head's width, in 4-byte floats."
+)
+HINT_Q_CACHE_HEADS = (
+    "That is the cache of multi-head attention, one key and one value per QUERY head: with "
+    "grouped-query attention only the G groups have keys and values."
+)
+HINT_Q_CACHE_KEYS_ONLY = "Almost: the cache keeps the values as well as the keys."
+HINT_Q_CACHE_NUMBERS = "That is the count of numbers: the question asks for bytes (4 each)."
+HINT_Q_CACHE_GROUP_SIZE = (
+    "G is the number of groups (each serving H / G query heads), and it is the groups that "
+    "have keys and values: count G vectors of keys and G of values, not H / G."
+)
+HINT_Q_MAPS = (
+    "The layer returns every head's weights: one weight per (head, query, key)."
+)
+HINT_Q_MAPS_ONE = (
+    "That is one map of T x T weights: each of the H heads has its own."
+)
+HINT_Q_MAPS_ROWS = "Each query has one weight per KEY, in every head: T x T per head."
+
+register(question(
+    "5.5", ASSIGNMENT, "attention_parameters",
+    f"How many parameters does a multi-head attention layer with D = {Q_PARAMS_D} and "
+    f"H = {Q_PARAMS_H} heads have, biases included?",
+    attention_parameters_key, points=1, kind_of_answer="int", hint=HINT_Q_PARAMS,
+    wrong_answers=lambda: {
+        Q_PARAMS_H * attention_parameters_key(): HINT_Q_PARAMS_PER_HEAD,
+        4 * Q_PARAMS_D**2: HINT_Q_PARAMS_NO_BIAS,
+        3 * Q_PARAMS_D**2 + 3 * Q_PARAMS_D: HINT_Q_PARAMS_NO_OUT,
+    },
+))
+register(question(
+    "5.6", ASSIGNMENT, "kv_cache_bytes",
+    f"A layer of grouped-query attention with H = {Q_CACHE_H} query heads of width "
+    f"Dh = {Q_CACHE_DH} in G = {Q_CACHE_G} groups, in float32: how many bytes does each token "
+    "add to its key/value cache?",
+    kv_cache_bytes_key, points=1, kind_of_answer="int", hint=HINT_Q_CACHE,
+    wrong_answers=lambda: {
+        2 * Q_CACHE_H * Q_CACHE_DH * Q_CACHE_BYTES: HINT_Q_CACHE_HEADS,
+        kv_cache_bytes_key() // 2: HINT_Q_CACHE_KEYS_ONLY,
+        kv_cache_numbers(Q_CACHE_G, Q_CACHE_DH): HINT_Q_CACHE_NUMBERS,
+        2 * (Q_CACHE_H // Q_CACHE_G) * Q_CACHE_DH * Q_CACHE_BYTES: HINT_Q_CACHE_GROUP_SIZE,
+    },
+))
+register(question(
+    "5.7", ASSIGNMENT, "attention_weights_returned",
+    f"A multi-head attention layer with D = {Q_MAPS_D} and H = {Q_MAPS_H} heads attends over "
+    f"one sequence of T = {Q_MAPS_T} tokens (self-attention): how many attention weights does "
+    "it return?",
+    attention_maps_key, points=1, kind_of_answer="int", hint=HINT_Q_MAPS,
+    wrong_answers=lambda: {Q_MAPS_T**2: HINT_Q_MAPS_ONE,
+                           Q_MAPS_H * Q_MAPS_T: HINT_Q_MAPS_ROWS},
+))
