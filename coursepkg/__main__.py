@@ -5,12 +5,18 @@ Subcommands:
 - ``coursepkg author``: regenerate ``exercises/`` from ``solutions/`` (see `coursepkg.authoring`);
   ``--check`` only reports stale exercise notebooks (exit 1 if any);
   ``--execute-solutions`` first re-runs the solution notebooks in place to store real outputs.
-- ``coursepkg grade ASSIGNMENT SUBMISSION... --out DIR [--secret FILE] [--tests PATH]``: grade
-  notebooks (see `coursepkg.grading`); ``coursepkg grade-demo`` grades a generated demo batch.
+- ``coursepkg grade ASSIGNMENT SUBMISSION... --out DIR [--secret FILE] [--tests PATH]
+  [--manual POINTS.csv]``: grade notebooks (see `coursepkg.grading`; the written answers'
+  marks merged from ``--manual``); ``coursepkg grade-demo`` grades a generated demo batch.
 - ``coursepkg secret FILE``: write a new instructor's secret (the hidden cases come from it).
 - ``coursepkg validate NOTEBOOK``: a student's notebook graded the grader's way on the public
   cases (exit 1 if one fails); ``coursepkg report DIR``: the class report page of a graded folder;
-  ``coursepkg export {canvas,moodle} DIR``: its grades in an LMS's import format.
+  ``coursepkg export {canvas,moodle} DIR``: its grades in an LMS's import format;
+  ``coursepkg regrade DIR --task ID``: one task graded again for the whole folder.
+- ``coursepkg grade ... --shard I/N|auto``: one shard of the class (`coursepkg.grading.shards`);
+  ``coursepkg merge DIR... --out DIR``: the shards' folders as one unsharded run's.
+  ``coursepkg grade ... --deadline ISO --late-policy FILE [--extensions CSV] [--submitted FILE]``:
+  late columns and pooled slip days (`coursepkg.grading.late`).
 - ``coursepkg --version``.
 
 Exit codes: 0 success; 1 the work found a problem (stale exercises, a solution notebook that
@@ -180,12 +186,23 @@ def _grade(args: argparse.Namespace) -> int:
             f"--jobs must be 1..{grader.MAX_JOBS}, --timeout > 0 and --memory >= 64 (MB)"
         )
     secret, extra, private = _secret_and_tests(args)
+    shard = _shard(args)
+    late = _late(args, paths)
     limits = Limits(timeout=args.timeout, memory_mb=args.memory)
     notes: list[str] = []
-    rows = grader.grade(
-        args.assignment, paths, out, jobs=args.jobs, limits=limits, secret=secret, extra=extra,
-        private=private, notes=notes,
-    )
+    if args.manual is not None and not Path(args.manual).is_file():
+        raise UsageError(f"--manual {args.manual}: no such file")
+    try:
+        rows = grader.grade(
+            args.assignment, paths, out, jobs=args.jobs, limits=limits, secret=secret,
+            extra=extra, private=private, notes=notes, secret_file=args.secret,
+            tests_file=args.tests, shard=shard, late=late,
+            manual=Path(args.manual) if args.manual else None,
+        )
+    except grader.ManualError as error:
+        raise UsageError(str(error)) from None
+    except grader.LateError as error:  # a bad slip-day ledger (read once the class is graded)
+        raise UsageError(str(error)) from None
     print(reporting.summary_table(rows, notes))
     if args.gradescope:
         # One student per Gradescope run: the notebook named after the assignment, else the first.
@@ -194,9 +211,100 @@ def _grade(args: argparse.Namespace) -> int:
         target = Path(args.gradescope_results)
         reporting.atomic_write(target, reporting.gradescope_json(record))
         print(f"wrote {target}")
+    elif shard is not None:
+        print(f"wrote {out}/: shard {shard} ({len(rows)} of the class): grades.csv, results/, "
+              "feedback/, log.jsonl, shard.json (combine the shards with 'coursepkg merge')")
     else:
         print(f"wrote {out}/: grades.csv, results/, feedback/, log.jsonl")
     return 0
+
+
+def _late(args: argparse.Namespace, paths: list[Path]):
+    """The late policy of ``coursepkg grade`` (a `coursepkg.grading.late.LateSetup`), or None.
+
+    The submission times: ``--submitted``, else ``submissions.csv`` in a SUBMISSION folder, else
+    Gradescope's ``submission_metadata.json`` beside or in it."""
+    from coursepkg.grading.late import LateError, LateSetup
+
+    if args.deadline is None and args.late_policy is None:
+        if args.extensions or args.submitted:
+            raise UsageError("--extensions and --submitted need --deadline and --late-policy")
+        return None
+    if args.deadline is None or args.late_policy is None:
+        raise UsageError("--deadline and --late-policy go together")
+    times = Path(args.submitted) if args.submitted else None
+    if times is None:
+        folders = [p if p.is_dir() else p.parent for p in paths]
+        candidates = [f / "submissions.csv" for f in folders]
+        candidates += [f / "submission_metadata.json" for f in folders]
+        candidates += [f.parent / "submission_metadata.json" for f in folders]
+        times = next((c for c in candidates if c.is_file()), None)
+        if times is None:
+            raise UsageError(
+                "--late-policy needs the submission times: --submitted FILE (a CSV "
+                "student,submitted_at or Gradescope's submission_metadata.json), or a "
+                "submissions.csv in the submissions folder"
+            )
+    for option, value in (("--late-policy", args.late_policy), ("--submitted", times),
+                          ("--extensions", args.extensions)):
+        if value is not None and not Path(value).is_file():
+            raise UsageError(f"{option} {value}: no such file")
+    try:
+        return LateSetup.load(
+            args.deadline, Path(args.late_policy), times=times,
+            extensions=Path(args.extensions) if args.extensions else None,
+        )
+    except LateError as error:
+        raise UsageError(str(error)) from None
+
+
+def _shard(args: argparse.Namespace):
+    """The ``--shard`` of ``coursepkg grade`` (a `coursepkg.grading.shards.Shard`), or None."""
+    from coursepkg.grading.shards import Shard, ShardError
+
+    if args.shard is None:
+        return None
+    if args.gradescope:
+        raise UsageError("--shard and --gradescope cannot be combined (Gradescope grades one "
+                         "student per run)")
+    try:
+        return Shard.parse(args.shard)
+    except ShardError as error:
+        raise UsageError(str(error)) from None
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg merge``."""
+    from coursepkg.grading.shards import MergeError, merge
+
+    try:
+        merged = merge([Path(d) for d in args.shards], Path(args.out))
+    except MergeError as error:
+        raise UsageError(str(error)) from None
+    n = len(merged.students)
+    print(f"merged {merged.shards} shard{'s' * (merged.shards != 1)} of {merged.assignment} "
+          f"({n} student{'s' * (n != 1)}) into {args.out}/: grades.csv, results/, feedback/, "
+          "log.jsonl")
+    return 0
+
+
+def _add_merge_parser(subparsers) -> None:
+    """Register ``coursepkg merge``."""
+    parser = subparsers.add_parser(
+        "merge",
+        help="combine the folders of 'coursepkg grade --shard I/N' into one graded folder",
+        description=textwrap.fill((
+            "Combine the output folders of shards 1..N of one grading ('coursepkg grade ... "
+            "--shard I/N --out DIR') into the grades.csv, results/, feedback/ and log.jsonl "
+            "that one unsharded run writes, byte for byte (log.jsonl: each student's last "
+            "line, sorted by student, as a run sorts its own). Refuses, with exit code 2, a "
+            "folder that is not a shard or is unfinished, missing or repeated shards, a "
+            "student in two shards, mixed assignments, grader versions or tests."
+        ), 79),
+    )
+    parser.add_argument("shards", metavar="DIR", nargs="+", help="the shards' --out folders")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the merged folder (new)")
+    parser.set_defaults(func=_merge)
 
 
 def _grade_demo(args: argparse.Namespace) -> int:
@@ -218,7 +326,7 @@ def _grade_demo(args: argparse.Namespace) -> int:
     notes: list[str] = []
     rows = grader.grade(
         args.assignment, [folder / "submissions"], folder / "graded", secret=secret,
-        private=[secret_file], notes=notes,
+        private=[secret_file], notes=notes, secret_file=secret_file,
     )
     print(reporting.summary_table(rows, notes))
     print(
@@ -292,6 +400,43 @@ def _add_grade_parser(subparsers) -> None:
         "--tests",
         metavar="PATH",
         help="a private Python file of extra cases: CASES = {task id: [Case(...), ...]}",
+    )
+    parser.add_argument(
+        "--deadline",
+        metavar="ISO-8601",
+        help="the deadline, with its UTC offset (2026-03-29T23:59+02:00), for --late-policy",
+    )
+    parser.add_argument(
+        "--late-policy",
+        metavar="FILE",
+        help="a TOML or JSON late policy (penalty per day or hour, cap, grace, pooled slip days "
+        "and their ledger): late columns appended to grades.csv, the raw total kept",
+    )
+    parser.add_argument(
+        "--extensions",
+        metavar="CSV",
+        help="student,deadline: new deadlines for some students (with --late-policy)",
+    )
+    parser.add_argument(
+        "--submitted",
+        metavar="FILE",
+        help="the submission times: a CSV student,submitted_at or Gradescope's "
+        "submission_metadata.json (default: submissions.csv in the submissions folder)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N|auto",
+        help="grade only shard I of N (1..N) of the class, by a hash of the student id, and "
+        "record it in DIR/shard.json (combine with 'coursepkg merge'); auto: I from "
+        "JOB_COMPLETION_INDEX (Kubernetes, N from COURSEPKG_SHARDS) or SLURM_ARRAY_TASK_ID "
+        "(N from SLURM_ARRAY_TASK_COUNT)",
+    )
+    parser.add_argument(
+        "--manual",
+        metavar="POINTS.csv",
+        help="the marks of the written answers (DIR/manual/points.csv filled in: question, "
+        "anonymous_id, points, comment) to merge into totals, feedback and results; without "
+        "it the written answers' sheets are written to DIR/manual/ and do not count yet",
     )
     parser.add_argument(
         "--gradescope",
@@ -505,6 +650,119 @@ def _add_export_parser(subparsers) -> None:
     parser.set_defaults(func=_export)
 
 
+def _regrade(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg regrade``."""
+    from coursepkg.grading import grader
+    from coursepkg.grading.regrade import RegradeError, regrade
+
+    if args.jobs is not None and not 1 <= args.jobs <= grader.MAX_JOBS:
+        raise UsageError(f"--jobs must be 1..{grader.MAX_JOBS}")
+    for option, value in (("--secret", args.secret), ("--tests", args.tests)):
+        if value is not None and not Path(value).is_file():
+            raise UsageError(f"{option} {value}: no such file")
+    try:
+        done = regrade(
+            Path(args.graded), args.task,
+            secret_file=Path(args.secret) if args.secret else None,
+            tests_file=Path(args.tests) if args.tests else None,
+            jobs=args.jobs, progress=True,
+        )
+    except RegradeError as error:
+        raise UsageError(str(error)) from None
+    n = len(done.rows)
+    print(
+        f"task {done.task} ran again for {len(done.ran)} of {n} submission{'s' * (n != 1)} "
+        "(not for unreadable notebooks); every other task's result came from the cache"
+    )
+    for change in done.changes:
+        print(f"  {change.student}: {change.before:g} -> {change.after:g} ({change.why})")
+    moved = len(done.changes)
+    print(f"points moved for {moved} student{'s' * (moved != 1)}; wrote {args.graded}/: "
+          "grades.csv, results/, feedback/, changes.csv")
+    print("\n".join(done.notes))
+    return 0
+
+
+def _add_regrade_parser(subparsers) -> None:
+    """Register ``coursepkg regrade``."""
+    parser = subparsers.add_parser(
+        "regrade",
+        help="grade one task again for a whole graded folder (after changing its cases)",
+        description=textwrap.fill((
+            "Run task ID again for every submission GRADED_DIR was graded from (its run.json "
+            "names them; each must be unchanged), with the task's current checks and cases; "
+            "every other task's result comes from the folder's cache. Rewrites grades.csv, "
+            "results/ and feedback/ (each file atomically; a rerun finishes an interrupted "
+            "regrade) and writes changes.csv: the students whose points on the task moved "
+            "(student, task, before, after, why). The secret and the extra tests file are "
+            "those the folder was graded with, unless given again."
+        ), 79),
+    )
+    parser.add_argument("graded", metavar="GRADED_DIR", help="the folder 'coursepkg grade' wrote")
+    parser.add_argument("--task", required=True, metavar="ID", help="the task to grade again")
+    parser.add_argument(
+        "--secret", metavar="FILE",
+        help="the secret the folder was graded with (default: the file it was read from)",
+    )
+    parser.add_argument(
+        "--tests", metavar="PATH",
+        help="the extra cases file, edited (default: the one the folder was graded with)",
+    )
+    parser.add_argument("--jobs", type=int, help="submissions graded at once (as graded)")
+    parser.set_defaults(func=_regrade)
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    """Handler of ``coursepkg similarity``."""
+    from coursepkg.grading.graded import GradedError
+    from coursepkg.grading.similarity import THRESHOLD, write_similarity
+
+    out = Path(args.out) if args.out else None
+    table = Path(args.csv) if args.csv else None
+    for path, option, example in ((out, "--out", "similarity.html"),
+                                  (table, "--csv", "similarity.csv")):
+        if path is not None and path.is_dir():
+            raise UsageError(f"{option} {path}: is a folder; give a file name such as {example}")
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    try:
+        result, page, table = write_similarity(Path(args.graded), out, table, top=args.top)
+    except GradedError as error:
+        raise UsageError(str(error)) from None
+    flagged = sum(p.flagged for task in result.tasks for p in task.pairs)
+    print(f"wrote {page} and {table}: {flagged} pair{'s' * (flagged != 1)} at or above "
+          f"{THRESHOLD:g}, {len(result.flags)} function{'s' * (len(result.flags) != 1)} equal "
+          "to the reference solution or to the book's code")
+    for note in result.notes:
+        print(f"{PROG} similarity: {note}", file=sys.stderr)
+    return 0
+
+
+def _add_similarity_parser(subparsers) -> None:
+    """Register ``coursepkg similarity``."""
+    parser = subparsers.add_parser(
+        "similarity",
+        help="rank pairs of submissions of a graded folder by how alike their code is",
+        description=textwrap.fill((
+            "For each task of GRADED_DIR (the notebooks its log.jsonl lists), score every pair "
+            "of students by the code their functions share once comments, docstrings, dead "
+            "code, names and constants are abstracted and statement order ignored; the released "
+            "stub does not count, code much of the class shares counts less, and identical "
+            "failures on the same hidden cases (results/) raise a pair's score. Also lists the "
+            "functions equal to the reference solution or to code the book shows. Writes an "
+            "offline HTML page (the top pairs side by side) and a CSV (task, student_a, "
+            "student_b, score, evidence); the same folder gives the same bytes."
+        ), 79),
+    )
+    parser.add_argument("graded", metavar="GRADED_DIR", help="the folder 'coursepkg grade' wrote")
+    parser.add_argument("--out", metavar="FILE.html",
+                        help="the page (GRADED_DIR/similarity.html)")
+    parser.add_argument("--csv", metavar="FILE.csv", help="the pairs (GRADED_DIR/similarity.csv)")
+    parser.add_argument("--top", type=int, default=20, metavar="K",
+                        help="pairs listed per task (20)")
+    parser.set_defaults(func=_similarity)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from coursepkg import __version__
@@ -517,6 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_validate_parser(subparsers)
     _add_report_parser(subparsers)
     _add_export_parser(subparsers)
+    _add_regrade_parser(subparsers)
+    _add_merge_parser(subparsers)
+    _add_similarity_parser(subparsers)
     return parser
 
 

@@ -37,6 +37,11 @@ instructor's answer sits between two marker lines::
   failed), it is not "not attempted";
 - cells tagged ``instructor`` are dropped (answers in prose, asserts of full marks, cells that
   call a task function and so would fail on a stub);
+- a markdown cell tagged ``written`` holds the model answer of a question graded by hand, with
+  ``cell.metadata["written"] = {"id": "1.W1", "points": 2}``; the question is the markdown
+  cell before it. In the exercise it becomes the student's answer cell: the same tag and
+  metadata, and the one line :data:`WRITTEN_PLACEHOLDER` (:func:`written_meta` checks the
+  metadata; :mod:`coursepkg.grading.manual` reads the answers and makes the grading sheets);
 - outputs and execution counts are cleared, volatile cell metadata (timings) removed;
 - a first markdown cell says where the notebook comes from and how to check one's work, with an
   "Open in Colab" link when the course has a GitHub repository; a first code cell
@@ -71,6 +76,10 @@ import nbformat
 BEGIN_MARKER = "### BEGIN SOLUTION"
 END_MARKER = "### END SOLUTION"
 INSTRUCTOR_TAG = "instructor"
+WRITTEN_TAG = "written"
+#: The answer cell of a written question, as the exercise gives it to the student.
+WRITTEN_PLACEHOLDER = "Write your answer here."
+_WRITTEN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 HEADER_CELL_ID = "coursepkg-generated-header"
 COLAB_CELL_ID = "coursepkg-colab-setup"
 VALIDATE_CELL_ID = "coursepkg-validate"
@@ -183,6 +192,34 @@ def colab_cell_source(repository: str, branch: str) -> str:
 
 class AuthoringError(ValueError):
     """A mistake in a solution notebook (a misplaced or malformed solution region)."""
+
+
+def written_meta(cell: Mapping, where: str = "a cell") -> dict | None:
+    """The ``{"id", "points"}`` of a written-answer cell (tagged ``written``), None for any other
+    cell.
+
+    Raises:
+        AuthoringError: the tag without the metadata, or metadata that is not an id (letters,
+            digits, ".", "_", "-") and a positive number of points, or not a markdown cell.
+    """
+    metadata = cell.get("metadata", {})
+    if WRITTEN_TAG not in metadata.get("tags", []):
+        return None
+    meta = metadata.get("written")
+    if cell.get("cell_type") != "markdown":
+        raise AuthoringError(f"{where}: a cell tagged '{WRITTEN_TAG}' must be a markdown cell")
+    if (
+        not isinstance(meta, Mapping)
+        or not isinstance(meta.get("id"), str)
+        or not _WRITTEN_ID.match(meta["id"])
+        or type(meta.get("points")) not in (int, float)
+        or not 0 < meta["points"] < float("inf")
+    ):
+        raise AuthoringError(
+            f"{where}: a cell tagged '{WRITTEN_TAG}' needs metadata written = {{\"id\": "
+            "\"1.W1\", \"points\": 2}} (an id of letters, digits, '.', '_', '-'; points > 0)"
+        )
+    return {"id": meta["id"], "points": meta["points"]}
 
 
 @dataclass(frozen=True)
@@ -466,6 +503,7 @@ def make_exercise(
              nbformat.v4.new_code_cell(colab_cell_source(repository, branch))]
     cells[0]["id"] = HEADER_CELL_ID
     cells[1]["id"] = COLAB_CELL_ID
+    written: set[str] = set()
     for index, cell in enumerate(solution_nb.cells):
         if cell.get("id") in (HEADER_CELL_ID, COLAB_CELL_ID, VALIDATE_CELL_ID):
             continue  # the generated cells of an exercise being regenerated
@@ -484,6 +522,14 @@ def make_exercise(
             )
             new.outputs = []
             new.execution_count = None
+        elif (meta := written_meta(cell, _where(source, index))) is not None:
+            if meta["id"] in written or meta["id"] in tasks.values():
+                raise AuthoringError(
+                    f"{_where(source, index)}: the written question id {meta['id']!r} is "
+                    "already taken (by another written question or a task)"
+                )
+            written.add(meta["id"])
+            new.source = WRITTEN_PLACEHOLDER
         elif _ANY_MARKER_RE.search(cell.source):
             raise AuthoringError(
                 f"{_where(source, index)}: solution markers in a {cell.cell_type} cell; solution "

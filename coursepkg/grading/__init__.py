@@ -27,4 +27,8 @@ Around the grader (the instructor's week): :mod:`.validate` (``coursepkg validat
 notebook through :func:`.grader.grade` on the public cases, for the student before handing in);
 :mod:`.graded` reads a graded folder back from its published files, for :mod:`.report` (the
 class report page) and :mod:`.export` (Canvas's and Moodle's gradebook import files).
+
+At scale: :mod:`.shards` (``--shard I/N|auto``: a stable part of the class per process, for a
+Kubernetes Indexed Job or a Slurm array, whose recipes are in ``recipes/``; ``coursepkg merge``)
+and :mod:`.late` (``--deadline --late-policy``: penalties, extensions, pooled slip days).
 """

@@ -3,7 +3,9 @@ the LMS exports.
 
 Only the grader's published outputs are read, never its cache or its internals:
 
-- ``grades.csv``: the students, their points per task, total, max and overall status;
+- ``grades.csv``: the students, their points per task, total, max and overall status; once
+  the written answers' marks are merged (``--manual``), a column ``ID written`` per question
+  graded by hand (empty while pending);
 - ``results/<student>.json`` (Gradescope's schema): one test per case, with its score, its max,
   "visible" or "after_published" (hidden), and an ``output`` that starts with the grader's status
   word for the case (``"partial. ..."``, ``"timeout (3.1 s). ..."``), then its message; and, when
@@ -64,6 +66,8 @@ class StudentRow:
         task_status: task id -> the grader's status word for the task (from the feedback).
         cases: every case of every task (empty when only ``grades.csv`` was read).
         leaderboard: the capstone metrics the results record (Gradescope's ``leaderboard``).
+        written: question id -> the points of a written answer graded by hand (None: pending);
+            empty when no marks were merged.
     """
 
     student: str
@@ -75,15 +79,18 @@ class StudentRow:
     task_status: dict[str, str] = field(default_factory=dict)
     cases: list[CaseRow] = field(default_factory=list)
     leaderboard: list[dict] = field(default_factory=list)
+    written: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
 class Graded:
-    """A graded folder: its tasks (id, function name) in order, and one row per student."""
+    """A graded folder: its tasks (id, function name) in order, one row per student, and the
+    ids of the written questions whose marks were merged (in ``grades.csv``'s order)."""
 
     folder: Path
     tasks: list[tuple[str, str]]
     students: list[StudentRow]
+    written: list[str] = field(default_factory=list)
 
     def task_max(self, task_id: str) -> float:
         """The most points a task gives (from the cases' max points; 0 without results)."""
@@ -134,12 +141,19 @@ def read_graded(folder: Path, *, details: bool = True) -> Graded:
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise GradedError(f"cannot read {grades} ({error}): grade again to rewrite it") from None
     header = rows[0] if rows else []
+    from coursepkg.grading.late import COLUMNS as LATE  # a late policy's columns, at the end
+
+    if header[-len(LATE):] == list(LATE):
+        rows = [row[: len(row) - len(LATE)] if row else row for row in rows]
+        header = rows[0]
     if header[:2] != ["student", "file"] or header[-3:] != ["total", "max", "status"]:
         raise GradedError(
             f"{grades} does not look like the grader's (its header must start 'student,file' and "
             "end 'total,max,status'): give the --out folder of 'coursepkg grade'"
         )
-    tasks = [(*column.split(" ", 1), "")[:2] for column in header[2:-3]]
+    columns = header[2:-3]
+    written = [c[: -len(" written")] for c in columns if c.endswith(" written")]
+    tasks = [(*column.split(" ", 1), "")[:2] for column in columns[: len(columns) - len(written)]]
     students = []
     for number, row in enumerate(rows[1:], start=2):
         if not row:
@@ -153,13 +167,17 @@ def read_graded(folder: Path, *, details: bool = True) -> Graded:
             StudentRow(
                 student=_unsafe(row[0]),
                 file=_unsafe(row[1]),
-                points={t[0]: _number(v, where) for t, v in zip(tasks, row[2:-3], strict=True)},
+                points={t[0]: _number(v, where) for t, v in zip(tasks, row[2:], strict=False)},
                 total=_number(row[-3], where),
                 max=_number(row[-2], where),
                 status=row[-1],
+                written={
+                    qid: None if v == "" else _number(v, where)
+                    for qid, v in zip(written, row[2 + len(tasks):-3], strict=True)
+                },
             )
         )
-    graded = Graded(folder, tasks, students)
+    graded = Graded(folder, tasks, students, written)
     if details:
         for student in students:
             _read_details(graded, student)

@@ -6,10 +6,19 @@ Output folder layout (all files written atomically: a temporary file, then a ren
 - ``results/<student>.json``: the Gradescope ``results.json`` schema;
 - ``feedback/<student>.md``: what passed, what failed and why (hidden tests never show data);
 - ``log.jsonl``: one line per graded submission (file, hash, status, isolation in force);
+  a run's lines are sorted by student once it finishes (:func:`.shards.sort_log_lines`);
+- ``shard.json`` (with ``--shard I/N``): which shard of which grading the folder holds;
 - ``cache/<sha256>-...json``: the graded record of a notebook's content, so a rerun after an
   interruption skips what was already graded. The name also holds the package's version, the
   grader's (:data:`GRADER_VERSION`) and a digest of the cases graded on (the secret's hidden
-  cases and the instructor's extra ones): a change of any of them grades again.
+  cases and the instructor's extra ones): a change of any of them grades again;
+- ``cache/tasks/<sha256>-<task id>-...json``: the record of one task of a notebook's content,
+  keyed by that task's cases only (:attr:`Grader.task_keys`): when one task's cases change, the
+  other tasks' records are served from here and only that task runs again (``coursepkg
+  regrade``, :mod:`.regrade`, relies on it);
+- ``run.json``: what this grading ran (:func:`run_info`): the assignment, the submissions and
+  their hashes, the jobs and limits, the secret's digest (never the secret) and the path of its
+  file, the extra tests file, and each task's cache key.
 
 Hidden cases exist only with the instructor's secret (``--secret FILE``): they are made here, in
 the trusted process, and each child receives only the arguments of the cases it runs (without
@@ -49,6 +58,9 @@ from coursepkg.checks.core import (
 )
 from coursepkg.grading import worker
 from coursepkg.grading.judging import task_record, unreadable_task
+from coursepkg.grading.late import LateError, LateSetup, apply_to_grades
+from coursepkg.grading.manual import ManualError
+from coursepkg.grading.manual import prepare as prepare_marking
 from coursepkg.grading.reporting import (
     atomic_write,
     feedback_md,
@@ -60,12 +72,15 @@ from coursepkg.grading.reporting import (
     total,
 )
 from coursepkg.grading.sandbox import Limits, can_isolate, run_cases
+from coursepkg.grading.shards import Shard, sort_log_lines, write_manifest
 from coursepkg.grading.submission import Found, Submission, find_submissions, read_submission
 
 __all__ = [
     "MAX_JOBS",
     "Found",
     "Grader",
+    "LateError",
+    "ManualError",
     "atomic_write",
     "find_submissions",
     "grade",
@@ -120,6 +135,11 @@ class Grader:
             for task in self.tasks
         }
         self.cases_digest = _cases_digest(self.cases, secret)
+        self.task_keys = {
+            task.id: f"{task.id}-{__version__}-g{GRADER_VERSION}-"
+            + _cases_digest({task.id: self.cases[task.id]}, secret)
+            for task in self.tasks
+        }
         self.out = out
         self.jobs = min(max(1, jobs), MAX_JOBS)
         self.limits = limits or Limits()
@@ -138,6 +158,45 @@ class Grader:
         return (
             f"{sub.sha256}-{self.assignment}-{__version__}-g{GRADER_VERSION}-{self.cases_digest}"
         )
+
+    def task_cache_file(self, sub: Submission, task_id: str, key: str | None = None) -> Path:
+        """Where the record of one task of ``sub`` is cached (``key``: a task key of another
+        grading, as ``run.json`` keeps it; default this grader's)."""
+        return self.out / "cache" / "tasks" / f"{sub.sha256}-{key or self.task_keys[task_id]}.json"
+
+    def cached_tasks(self, sub: Submission, keys: Mapping[str, str] | None = None) -> dict:
+        """Task id -> the cached record of that task of ``sub`` (under ``keys``, default this
+        grader's), for the tasks that have one."""
+        found: dict[str, dict] = {}
+        if not sub.sha256:
+            return found
+        for task in self.tasks:
+            key = (keys or self.task_keys).get(task.id)
+            if key is None:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                path = self.task_cache_file(sub, task.id, key)
+                record = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(record, dict) and record.get("id") == task.id:
+                    found[task.id] = record
+        return found
+
+    def cache_tasks(
+        self, sub: Submission, record: dict, only: Iterable[str] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        """Write each task's record of ``sub`` (of the tasks in ``only``, default all: only
+        records graded on this grader's cases may go under its keys) to the task cache, over
+        an existing one with ``overwrite``."""
+        if not sub.sha256 or record["status"] != "graded":
+            return
+        wanted = None if only is None else set(only)
+        for task in record["tasks"]:
+            if wanted is not None and task["id"] not in wanted:
+                continue
+            path = self.task_cache_file(sub, task["id"])
+            if overwrite or not path.is_file():
+                atomic_write(path, json.dumps(task, sort_keys=True) + "\n")
 
     @property
     def tests(self) -> str:
@@ -167,8 +226,10 @@ class Grader:
             )
         return notes
 
-    def grade_submission(self, sub: Submission) -> dict:
-        """Grade one read submission (no files written): the record of its content."""
+    def grade_submission(self, sub: Submission, reuse: Mapping[str, dict] | None = None) -> dict:
+        """Grade one read submission (no files written): the record of its content. Tasks in
+        ``reuse`` (task id -> a cached record of that task) are not run again."""
+        reuse = reuse or {}
         if sub.problem is not None:
             return {
                 "status": "unreadable",
@@ -178,9 +239,15 @@ class Grader:
                     unreadable_task(t, self.cases[t.id], sub.problem) for t in self.tasks
                 ],
             }
+        if all(task.id in reuse for task in self.tasks):
+            records = [reuse[task.id] for task in self.tasks]
+            return {"status": "graded", "problem": None, "notes": sub.notes, "tasks": records}
         uid = self._uids.get()
         try:
-            records = [self._run_task(sub, task, uid) for task in self.tasks]
+            records = [
+                reuse[task.id] if task.id in reuse else self._run_task(sub, task, uid)
+                for task in self.tasks
+            ]
         finally:
             self._uids.put(uid)
         return {"status": "graded", "problem": None, "notes": sub.notes, "tasks": records}
@@ -274,6 +341,11 @@ def grade(
     extra: Mapping[str, Sequence[Case]] | None = None,
     private: Iterable[Path] = (),
     notes: list[str] | None = None,
+    secret_file: Path | None = None,
+    tests_file: Path | None = None,
+    shard: Shard | None = None,
+    manual: Path | None = None,
+    late: LateSetup | None = None,
 ) -> list[tuple[Found, dict]]:
     """Grade every notebook under ``paths`` and write the gradebook files into ``out``.
 
@@ -292,6 +364,18 @@ def grade(
         private: files or folders the children must not see besides the submissions, the
             output and the course's solutions (the secret file, the extra tests file).
         notes: if given, receives what the summary should add (:meth:`Grader.notes`).
+        secret_file, tests_file: where the secret and the extra cases were read from, for
+            ``run.json`` (``coursepkg regrade`` reads them again from there by default).
+        shard: grade only the students of this shard (:mod:`.shards`; ids come from every
+            notebook under ``paths``) and record it in ``out/shard.json``.
+        late: a late policy (:mod:`.late`): its columns appended to ``grades.csv`` (the raw
+            total stays), the slip days spent booked in its ledger.
+        manual: the instructor's marks of the written answers (``points.csv``, see
+            :mod:`.manual`), merged into the totals, feedback and results; the written
+            answers' sheets go to ``out/manual/`` whether or not it is given.
+
+    Raises:
+        ManualError: a mistake in ``manual``, before anything is graded.
 
     Returns:
         (submission, record) pairs, sorted by student id.
@@ -304,15 +388,22 @@ def grade(
     if solutions is not None:
         hide.add(solutions)
     out.mkdir(parents=True, exist_ok=True)
+    marking = prepare_marking(assignment, out, [f.student for f in found], secret, manual)
     grader = Grader(
         assignment, out, jobs=jobs, limits=limits, hide=hide, secret=secret, extra=extra
     )
     if notes is not None:
         notes.extend(grader.notes())
     log_path = out / "log.jsonl"
+    if shard is not None:
+        found = [item for item in found if shard.owns(item.student)]
+        _write_shard(out, shard, grader, found, finished=False)
+    log_start = log_path.stat().st_size if log_path.is_file() else 0
+    hashes: dict[str, str] = {}
 
     def one(item: Found) -> dict:
         sub = read_submission(item.path, item.student)
+        hashes[item.student] = sub.sha256
         cache_file = out / "cache" / f"{grader.cache_key(sub)}.json"
         record, cached = None, False
         if sub.sha256 and cache_file.is_file():
@@ -320,9 +411,12 @@ def grade(
                 record = json.loads(cache_file.read_text(encoding="utf-8"))
             cached = _valid_cached(record, grader.tasks)
         if not cached:
-            record = grader.grade_submission(sub)
+            record = grader.grade_submission(sub, grader.cached_tasks(sub))
             if sub.sha256:
                 atomic_write(cache_file, json.dumps(record, sort_keys=True) + "\n")
+        grader.cache_tasks(sub, record)
+        if marking is not None:
+            record = marking.show(item.student, record)
         atomic_write(out / "results" / f"{item.student}.json", gradescope_json(record))
         atomic_write(out / "feedback" / f"{item.student}.md", feedback_md(item, record))
         got, most = total(record)
@@ -362,4 +456,59 @@ def grade(
         grader.close()
     rows = sorted(zip(found, records, strict=True), key=lambda row: row[0].student)
     atomic_write(out / "grades.csv", grades_csv(rows, grader.tasks))
+    sort_log_lines(log_path, log_start)
+    if marking is not None:
+        marking.finish(out, rows, notes)
+    if late is not None:  # the late columns at the end of grades.csv, the slip-day ledger
+        late_notes = apply_to_grades(out / "grades.csv", late, assignment)
+        if notes is not None:
+            notes.extend(late_notes)
+    info = run_info(grader, rows, paths, hashes, secret_file=secret_file, tests_file=tests_file)
+    info.update(marking.run_info() if marking is not None else {"written": [], "manual": None})
+    atomic_write(out / "run.json", json.dumps(info, indent=1, sort_keys=True) + "\n")
+    if shard is not None:
+        _write_shard(out, shard, grader, found, finished=True)
     return rows
+
+
+def _write_shard(out: Path, shard: Shard, grader: Grader, found: list[Found], finished: bool):
+    """``out/shard.json``: which shard of which grading ``out`` holds (:mod:`.shards`)."""
+    write_manifest(
+        out, shard, assignment=grader.assignment, package=__version__, grader=GRADER_VERSION,
+        cases=grader.cases_digest, tests=grader.tests, students=[f.student for f in found],
+        finished=finished,
+    )
+
+
+def run_info(
+    grader: Grader,
+    rows: Sequence[tuple[Found, dict]],
+    paths: Sequence[Path],
+    hashes: Mapping[str, str],
+    *,
+    secret_file: Path | None = None,
+    tests_file: Path | None = None,
+) -> dict:
+    """What a grading ran, for ``run.json`` (never the secret itself: its digest); ``hashes``:
+    student -> the sha256 of the notebook graded."""
+    return {
+        "assignment": grader.assignment,
+        "version": __version__,
+        "grader_version": GRADER_VERSION,
+        "paths": [str(Path(p).resolve()) for p in paths],
+        "submissions": [
+            {"student": found.student, "path": str(found.path.resolve()),
+             "sha256": hashes.get(found.student, "")}
+            for found, _ in rows
+        ],
+        "jobs": grader.jobs,
+        "limits": {
+            name: getattr(grader.limits, name)
+            for name in ("timeout", "memory_mb", "file_mb", "nproc", "tmp_mb", "task_timeout")
+        },
+        "secret": None if grader.secret is None else secret_digest(grader.secret),
+        "secret_file": None if secret_file is None else str(Path(secret_file).resolve()),
+        "tests_file": None if tests_file is None else str(Path(tests_file).resolve()),
+        "extra_cases": grader.extra,
+        "task_keys": dict(grader.task_keys),
+    }

@@ -44,7 +44,9 @@ def atomic_write(path: Path, text: str) -> None:
 
 def remove_unfinished_writes(out: Path) -> None:
     """Delete the temporary files of writes that a killed run left (``.NAME.xxxxxx``)."""
-    for folder in (out, out / "results", out / "feedback", out / "cache"):
+    folders = (out, out / "results", out / "feedback", out / "cache", out / "cache" / "tasks",
+               out / "manual")
+    for folder in folders:
         if folder.is_dir():
             for path in folder.glob(".*"):
                 if path.is_file():
@@ -59,10 +61,14 @@ def spreadsheet_safe(value: object) -> object:
 
 
 def total(record: dict) -> tuple[float, float]:
-    """(points, max points) of a submission's record."""
+    """(points, max points) of a submission's record, with its written answers' marks when they
+    were merged (``record["written"]``, see :mod:`.manual`; a pending mark counts 0)."""
+    written = record.get("written") or []
     return (
-        round(sum(t["points"] for t in record["tasks"]), 6),
-        round(sum(t["max_points"] for t in record["tasks"]), 6),
+        round(sum(t["points"] for t in record["tasks"])
+              + sum(w["points"] or 0 for w in written), 6),
+        round(sum(t["max_points"] for t in record["tasks"])
+              + sum(w["max_points"] for w in written), 6),
     )
 
 
@@ -74,7 +80,7 @@ def overall_status(record: dict) -> str:
     if got >= most:
         return "passed"
     statuses = {t["status"] for t in record["tasks"]}
-    if statuses == {"not attempted"}:
+    if statuses == {"not attempted"} and not got:  # (got: written answers' marks)
         return "not attempted"
     return "partial" if got > 0 else "failed"
 
@@ -83,14 +89,19 @@ def grades_csv(rows: list[tuple[Found, dict]], tasks: list[Task]) -> str:
     """The gradebook: one row per (submission, record), in the order given."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
+    # a column per written question once the marks are merged ("ID written"; empty: pending)
+    written = [w["id"] for w in (rows[0][1].get("written") or [])] if rows else []
     writer.writerow(
-        ["student", "file"] + [f"{t.id} {t.func_name}" for t in tasks] + ["total", "max", "status"]
+        ["student", "file"] + [f"{t.id} {t.func_name}" for t in tasks]
+        + [f"{qid} written" for qid in written] + ["total", "max", "status"]
     )
     for found, record in rows:
         got, most = total(record)
         writer.writerow(
             [spreadsheet_safe(found.student), spreadsheet_safe(found.path.name)]
             + [_num(t["points"]) for t in record["tasks"]]
+            + ["" if w["points"] is None else _num(w["points"])
+               for w in record.get("written") or []]
             + [_num(got), _num(most), overall_status(record)]
         )
     return buf.getvalue()
@@ -119,6 +130,21 @@ def gradescope_json(record: dict) -> str:
                     "visibility": "after_published" if case["hidden"] else "visible",
                 }
             )
+    for written in record.get("written") or []:
+        pending = written["points"] is None
+        tests.append(
+            {
+                "name": f"Written answer {written['id']}",
+                "score": 0.0 if pending else written["points"],
+                "max_score": written["max_points"],
+                "status": "passed"
+                if not pending and 0 < written["max_points"] <= written["points"]
+                else "failed",
+                "output": "pending. Not graded yet." if pending
+                else f"graded by hand. {written['comment']}".strip(),
+                "visibility": "visible",
+            }
+        )
     got, most = total(record)
     result = {"score": got, "max_score": most, "tests": tests}
     board = leaderboard(record)
@@ -183,6 +209,15 @@ def feedback_md(found: Found, record: dict) -> str:
             if case["message"]:
                 text += f": {case['message']}"
             lines.append(text)
+    for written in record.get("written") or []:
+        if written["points"] is None:
+            lines += ["", f"## Written answer {written['id']}: pending / "
+                          f"{_num(written['max_points'])} (not graded yet)"]
+            continue
+        lines += ["", f"## Written answer {written['id']}: {_num(written['points'])} / "
+                      f"{_num(written['max_points'])} (graded by hand)"]
+        if written["comment"]:
+            lines += ["", written["comment"]]
     return "\n".join(lines) + "\n"
 
 

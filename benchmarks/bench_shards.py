@@ -1,0 +1,176 @@
+"""Time a class graded unsharded against the same class in 2 local shards, and project the wall
+time on W workers (issue 25).
+
+Run with ``.venv/bin/python benchmarks/bench_shards.py`` (200 submissions: about 10 minutes on
+2 idle cores) or ``--n 2000`` (the issue's class: about 1.5 hours). Writes
+``benchmarks/results/shards.json`` (``shards-2000.json`` for ``--n 2000``). Options: ``--n``
+submissions (200), ``--assignment`` (01_ngrams), ``--workers`` for the projection (1 2 4 8 16 32
+64), ``--keep DIR`` (keep the batch and the graded folders), ``--quick`` (a smoke run: 12).
+
+What it does:
+
+1. The batch: the chapter's demo batch (:func:`coursepkg.grading.demo.write_demo`: the solution,
+   the untouched exercise, one planted mistake per student) repeated to N notebooks, each made
+   unique by a markdown cell with its student's id, so the grader's per-content cache never hits.
+2. ``coursepkg grade`` of one notebook (a new process: its start-up, the forkserver importing
+   torch, one submission), then of the whole batch with ``--jobs 2``: the per-submission cost of
+   a 2-core worker is (whole - one) / (N - 1).
+3. The same batch as 2 shards, ``--shard 1/2`` and ``--shard 2/2`` with ``--jobs 1`` each, two
+   processes at the same time on this machine's 2 cores, then ``coursepkg merge``; its
+   ``grades.csv`` must equal the unsharded one byte for byte (points only: the feedback also
+   gives train tasks' times, which differ between any two gradings).
+4. The projection: a class of N (and of 2,000) on W workers of 2 cores each, each grading
+   ceil(N / W) notebooks: the one-notebook run (start-up and a notebook, a little pessimistic)
+   + ceil(N / W) * per-submission + the merge (measured here, scaled to the class: it copies
+   files, so it grows with N, not W). The scheduler's own overhead (pulling the image, starting
+   pods) is not in it.
+
+The two local shards cannot beat the unsharded run on the same 2 cores (the same work, plus a
+second start-up): they show what sharding costs, and the projection what it buys.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = [sys.executable, "-m", "coursepkg"]
+SECRET = "62656e63682d7368617264732d7365637265742d3031"  # a fixed test secret (hex)
+
+
+def build_batch(assignment: str, n: int, folder: Path) -> list[Path]:
+    """N unique notebooks made from the demo batch's variants, in turn."""
+    from coursepkg.grading.demo import write_demo
+
+    variants = write_demo(assignment, ROOT, folder / "variants")
+    made = []
+    for i in range(n):
+        source = variants[i % len(variants)]
+        nb = nbformat.read(source, as_version=4)
+        student = f"s{i:05d}-{source.stem}"
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"Submitted by {student}."))
+        path = folder / "batch" / f"{student}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
+        made.append(path)
+    return made
+
+
+def run(args: list[str]) -> float:
+    """Run the command line; its wall time in seconds (exit on failure)."""
+    start = time.perf_counter()
+    proc = subprocess.run([*COURSE, *args], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.exit(f"coursepkg {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def shards_at_once(assignment: str, batch: Path, work: Path, secret: Path, count: int) -> float:
+    """Grade ``count`` shards as processes at the same time (``--jobs 1`` each): wall seconds."""
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [*COURSE, "grade", assignment, str(batch), "--out", str(work / f"shard-{i}"),
+             "--shard", f"{i}/{count}", "--jobs", "1", "--secret", str(secret)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        for i in range(1, count + 1)
+    ]
+    for proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            sys.exit(f"a shard failed:\n{err[-3000:]}")
+    return time.perf_counter() - start
+
+
+def projection(n: int, startup: float, per_submission: float, merge: float,
+               workers: list[int]) -> list[dict]:
+    """Projected wall seconds of a class of ``n`` on each number of 2-core workers."""
+    rows = []
+    for w in workers:
+        each = math.ceil(n / w)
+        rows.append({"workers": w, "submissions_per_worker": each,
+                     "wall_seconds": startup + each * per_submission + merge})
+    return rows
+
+
+def main() -> None:
+    parser = benchlib.parser(__doc__)
+    parser.add_argument("--n", type=int, default=200, help="submissions in the batch (200)")
+    parser.add_argument("--assignment", default="01_ngrams", help="the exercise set (01_ngrams)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64],
+                        help="worker counts for the projection")
+    parser.add_argument("--keep", metavar="DIR", help="keep the batch and graded folders in DIR")
+    args = parser.parse_args()
+    if args.quick:
+        args.n = 12
+    benchlib.warn_if_busy()
+    if args.keep:
+        work = Path(args.keep).resolve()
+        if work.exists():
+            sys.exit(f"--keep {work}: choose a folder that does not exist yet")
+        work.mkdir(parents=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+    try:
+        secret = work / "secret"
+        secret.write_text(SECRET + "\n")
+        notebooks = build_batch(args.assignment, args.n, work)
+        batch = notebooks[0].parent
+        benchlib.log(f"batch: {args.n} notebooks of {args.assignment} in {batch}")
+
+        one = run(["grade", args.assignment, str(notebooks[0]), "--out", str(work / "one"),
+                   "--jobs", "2", "--secret", str(secret)])
+        benchlib.log(f"one notebook, a new process: {one:.1f} s")
+        whole = run(["grade", args.assignment, str(batch), "--out", str(work / "unsharded"),
+                     "--jobs", "2", "--secret", str(secret)])
+        per_submission = (whole - one) / max(1, args.n - 1)
+        benchlib.log(f"unsharded, --jobs 2: {whole:.1f} s ({per_submission:.3f} s per "
+                     "submission after start-up)")
+        sharded = shards_at_once(args.assignment, batch, work, secret, 2)
+        merge = run(["merge", str(work / "shard-1"), str(work / "shard-2"),
+                     "--out", str(work / "merged")])
+        same = (work / "merged" / "grades.csv").read_bytes() == (
+            work / "unsharded" / "grades.csv").read_bytes()
+        benchlib.log(f"2 shards at once, --jobs 1 each: {sharded:.1f} s, merge {merge:.2f} s; "
+                     f"grades.csv {'identical' if same else 'DIFFERENT'}")
+        if not same:
+            sys.exit("the merged grades.csv differs from the unsharded one")
+
+        sizes = sorted({args.n, 2000})
+        projected = {str(n): projection(n, one, per_submission, merge * n / args.n, args.workers)
+                     for n in sizes}
+        for n in sizes:
+            benchlib.log(f"\nprojected wall time, {n} submissions on W workers of 2 cores:")
+            benchlib.table(["workers", "notebooks each", "wall"],
+                           [[r["workers"], r["submissions_per_worker"],
+                             f"{r['wall_seconds'] / 60:.1f} min"] for r in projected[str(n)]])
+        results = {
+            "assignment": args.assignment,
+            "submissions": args.n,
+            "one_notebook_seconds": one,
+            "unsharded_jobs2_seconds": whole,
+            "per_submission_seconds_2_cores": per_submission,
+            "two_shards_at_once_seconds": sharded,
+            "merge_seconds": merge,
+            "merged_grades_identical": same,
+            "projected": projected,
+        }
+        name = "shards" if args.n == 200 or args.quick else f"shards-{args.n}"
+        benchlib.write_results(name, results, args)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
