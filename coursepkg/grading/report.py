@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 from coursepkg.grading.graded import Graded, GradedError, StudentRow, read_graded
-from coursepkg.grading.reporting import atomic_write
+from coursepkg.grading.reporting import atomic_write, html_page
 
 __all__ = ["STATUS_ORDER", "build_report", "first_sentence", "write_report"]
 
@@ -313,21 +313,7 @@ def build_report(graded: Graded) -> str:
         _failures(graded),
         _leaderboard(graded.students),
     ]
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_esc(title)}</title>",
-        f"<style>{_STYLE}</style>",
-        "</head>",
-        "<body>",
-        *[part for part in body if part],
-        "</body>",
-        "</html>",
-        "",
-    ])
+    return html_page(title, _STYLE, body)
 
 
 def write_report(folder: Path, out: Path | None = None) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import html
 import io
 import json
 import os
@@ -25,6 +26,25 @@ from pathlib import Path
 from coursepkg.checks.core import Task
 from coursepkg.grading.submission import Found
 
+
+def html_page(title: str, style: str, parts: list[str]) -> str:
+    """One self-contained HTML page (the class report, the similarity page): ``title``, an
+    inline ``style`` sheet, and the body's ``parts`` in order (empty ones left out)."""
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title, quote=True)}</title>",
+        f"<style>{style}</style>",
+        "</head>",
+        "<body>",
+        *[part for part in parts if part],
+        "</body>",
+        "</html>",
+        "",
+    ])
 
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` so that ``path`` is either the old file or the whole new one."""

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coursepkg.grading.graded import GradedError, read_graded
-from coursepkg.grading.reporting import atomic_write, spreadsheet_safe
+from coursepkg.grading.reporting import atomic_write, html_page, spreadsheet_safe
 from coursepkg.grading.submission import extract_code, read_submission
 
 __all__ = [
@@ -1213,21 +1213,7 @@ def build_page(result: Similarity, top: int = DEFAULT_TOP) -> str:
         body.append("<p>No function is equal to the reference solution or to code the book "
                     "shows.</p>")
     body.extend(_task_section(task, top) for task in result.tasks)
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_esc(title)}</title>",
-        f"<style>{_STYLE}</style>",
-        "</head>",
-        "<body>",
-        *body,
-        "</body>",
-        "</html>",
-        "",
-    ])
+    return html_page(title, _STYLE, body)
 
 
 def build_csv(result: Similarity, top: int = DEFAULT_TOP) -> str:
