@@ -38,7 +38,7 @@ help:
 	@echo "make solutions  re-execute solutions/ and store their outputs (for nbval)"
 	@echo "make grade-demo grade a demo batch of submissions into grade-demo/ (ASSIGNMENT=02_rnn, 03_attention ...)"
 	@echo "                and write its class report, grade-demo/graded/report.html"
-	@echo "make bench      run every benchmark into benchmarks/results/ (about 35 minutes on 2 idle cores;"
+	@echo "make bench      run every benchmark into benchmarks/results/ (about an hour on 2 idle cores;"
 	@echo "                BENCH_FLAGS=--quick for a smoke run whose results git ignores)"
 	@echo "make bench-long train the LSTM and a larger Transformer $(LONG_MINUTES) minutes each, side by side"
 	@echo "                (chapter 7's long-budget table; LONG_MINUTES=...)"
@@ -81,15 +81,22 @@ book-variant: $(STAMP) $(WEB)
 	COURSE_SEED=$(SEED) OMP_NUM_THREADS=$(THREADS) $(BIN)/jupyter-book build . \
 	  --path-output _build/variant-seed$(SEED)-threads$(THREADS) --warningiserror --keep-going
 
+# Tests run on every core (pytest-xdist; TEST_JOBS=1 runs them in one process): whole test files
+# go to one worker (their module fixtures grade demo batches once), notebooks go whole to one
+# worker (their cells share a kernel).
+TEST_JOBS ?= auto
+
 lint: $(STAMP)
 	$(BIN)/ruff check coursepkg tests benchmarks book
 
 unit: $(STAMP) $(WEB)
-	$(BIN)/pytest -q tests --ignore=tests/test_built_book.py --ignore=tests/test_browser.py
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile tests \
+	  --ignore=tests/test_built_book.py --ignore=tests/test_browser.py
 
 nbval: $(STAMP)
-	$(BIN)/pytest -q -p no:randomly --nbval solutions --nbval-sanitize-with tests/nbval_sanitize.cfg
-	$(BIN)/pytest -q --nbval-lax exercises
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadscope -p no:randomly --nbval solutions \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadscope --nbval-lax exercises
 
 book-check: $(STAMP) browser
 	$(BIN)/pytest -q tests/test_built_book.py tests/test_browser.py
@@ -111,10 +118,13 @@ grade-demo: $(STAMP)
 # Speed measurements (never tests): each script prints its table and writes its JSON to
 # benchmarks/results/ (the appendix page reads them). Run on an otherwise idle machine.
 # The grader benchmark compares with nbgrader on notebooks without exploration cells (--lean);
-# GRADER_FLAGS= compares the complete notebooks (about 5 minutes more).
+# GRADER_FLAGS= compares the complete notebooks (about 5 minutes more). bench_shards.py runs
+# chapter 1's 200-submission class; its 2,000-submission run (--n 2000, about 2 hours) and
+# chapter 7's 50 complete submissions (--assignment 07_transformer --n 50 --complete
+# --no-shards) are separate runs: see benchmarks/README.md.
 BENCH_FLAGS ?=
 GRADER_FLAGS ?= --lean
-BENCHMARKS := ngram layers training scaling grader course tokenize
+BENCHMARKS := ngram layers training scaling grader course tokenize shards
 bench: $(STAMP) $(WEB)
 	@all=$$(date +%s); for name in $(BENCHMARKS); do \
 	  flags="$(BENCH_FLAGS)"; [ $$name = grader ] && flags="$$flags $(GRADER_FLAGS)"; \

@@ -1,11 +1,13 @@
-"""Time ``coursepkg grade`` against nbgrader's ``autograde`` on the same 50 submissions (issue 3).
+"""Time ``coursepkg grade`` against nbgrader's ``autograde`` on the same 50 submissions.
 
-Run with ``.venv/bin/python benchmarks/bench_grader.py`` (about 10 minutes on 2 cores; the first
-run also spends 2 minutes installing nbgrader). Writes ``benchmarks/results/grader.json``
-(``grader-lean.json`` with ``--lean``). Options: ``--n`` submissions (50), ``--jobs``
-(2), ``--skip-nbgrader`` (time the course grader only), ``--lean`` (drop the notebook's
-exploration cells, see below), ``--keep DIR`` (keep the batch and both gradebooks there),
-``--quick`` (a smoke run: 3 submissions).
+Issues 3 and 18; every autograded task of chapter 1, read from ``coursepkg.checks``.
+
+Run with ``.venv/bin/python benchmarks/bench_grader.py`` (about 25 minutes on 2 cores, 15 with
+``--lean``; the first run also spends 2 to 6 minutes installing nbgrader). Writes
+``benchmarks/results/grader.json`` (``grader-lean.json`` with ``--lean``). Options: ``--n``
+submissions (50), ``--jobs`` (2), ``--skip-nbgrader`` (time the course grader only), ``--lean``
+(drop the notebook's exploration cells, see below), ``--keep DIR`` (keep the batch and both
+gradebooks there), ``--quick`` (a smoke run: 3 submissions).
 
 What it does:
 
@@ -16,16 +18,21 @@ What it does:
    path (a ``.pth`` file: nothing is written into the checkout).
 2. It builds an nbgrader course in a temporary folder: ``source/01_ngrams/01_ngrams.ipynb`` is
    ``solutions/01_ngrams.ipynb`` with nbgrader metadata (each task's function cell a solution
-   cell; after each task's check cell an autograder test cell worth the task's points that
-   evaluates ``run_task(task, func, secret=SECRET).points``, the same public and hidden cases
-   the course grader runs with ``--secret``, so nbgrader gives the same partial credit; the
+   cell, for every task ``coursepkg.checks`` registers for the chapter, read at run time:
+   formula, extension, debug, train and question tasks alike; the written answers, graded by
+   hand, are left out of both sides and the output says so; after each task's check cell an
+   autograder test cell worth the task's points that evaluates
+   ``run_task(task, func, secret=SECRET).points``, the same public and hidden cases the
+   course grader runs with ``--secret``, so nbgrader gives the same partial credit; the
    benchmark's secret is a fixed one, :data:`BENCH_SECRET`); the instructor cells are
    dropped. ``nbgrader generate_assignment`` makes the release notebook.
 3. The batch: N notebooks made from the release notebook by filling in each task's function
    cell: half the students submit the solutions, one in ten the untouched exercise
-   (``exercises/01_ngrams.ipynb``'s stubs), one in ten only tasks 1.1 and 1.2, the rest one
-   planted mistake each. Every notebook is unique (a comment with the student's id), so the
-   course grader's per-content cache never hits. The same files go to both graders.
+   (``exercises/01_ngrams.ipynb``'s stubs, a debug task's buggy starter code), one in ten only
+   the first two tasks, the rest one planted mistake each (``make grade-demo``'s, from
+   ``coursepkg.grading.demo.PLANTED``, and two more). Every notebook is unique (a comment with
+   the student's id), so the course grader's per-content cache never hits. The same files go
+   to both graders.
 4. Timings: ``coursepkg grade 01_ngrams DIR --out OUT --jobs 2`` as a subprocess (cold: with
    its start-up, the forkserver importing torch); the same batch again in this process with the
    forkserver already running (warm), with ``--jobs 2`` and ``--jobs 1``; the students' own code
@@ -61,8 +68,8 @@ from pathlib import Path
 
 import benchlib
 
-from coursepkg.checks import task_by_func_name
-from coursepkg.grading.demo import PLANTED
+from coursepkg.checks import task_by_func_name, tasks_for
+from coursepkg.grading.demo import PLANTED, UNFIXED
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "01_ngrams"
@@ -85,8 +92,9 @@ NBGRADER_STAMP = "bench-installed.json"
 # The hidden cases are made from an instructor's secret: the benchmark's own, fixed one.
 BENCH_SECRET = b"coursepkg benchmark secret, not for grading"
 
-# Planted mistakes: (task id, label, function source). Each replaces one task's function cell.
-# The four of `make grade-demo`, and two more.
+# Planted mistakes: (task id, label, function source). Each replaces one task's function cell;
+# UNFIXED (a debug task left as the exercise shows it) stands for the exercise's cell.
+# Those of `make grade-demo` (coursepkg.grading.demo.PLANTED), and two more.
 MISTAKES = [
     (task_by_func_name(func_name, ASSIGNMENT).id, student, source)
     for student, (func_name, source) in PLANTED[ASSIGNMENT].items()
@@ -217,26 +225,47 @@ def code_cell(source: str, nbgrader: dict | None = None) -> dict:
     }
 
 
+DEF = re.compile(r"^def (\w+)\(", re.MULTILINE)
+
+
 def function_cells(nb: dict) -> dict[str, str]:
-    """func_name -> source of the code cell that defines it."""
-    out = {}
+    """func_name -> source of the code cell that defines it (a top-level ``def``, which may
+    follow the cell's imports), the first such cell for each name."""
+    out: dict[str, str] = {}
     for cell in nb["cells"]:
-        match = re.match(r"def (\w+)\(", src(cell))
-        if cell["cell_type"] == "code" and match:
-            out[match.group(1)] = src(cell)
+        if cell["cell_type"] == "code" and "instructor" not in cell["metadata"].get("tags", []):
+            for name in DEF.findall(src(cell)):
+                out.setdefault(name, src(cell))
     return out
 
 
+def graded_tasks() -> list:
+    """The assignment's autograded tasks, from ``coursepkg.checks`` (every kind: formula,
+    extension, debug, train, question), in the notebook's order."""
+    return tasks_for(ASSIGNMENT)
+
+
+def written_questions() -> list[tuple[str, float]]:
+    """(id, points) of the questions graded by hand (markdown cells tagged ``written``): left
+    out of both sides, since neither autograder grades them."""
+    return [
+        (cell["metadata"]["written"]["id"], float(cell["metadata"]["written"]["points"]))
+        for cell in load(SOLUTION_NB)["cells"]
+        if cell["cell_type"] == "markdown" and "written" in cell.get("metadata", {})
+    ]
+
+
 def is_exploration(cell: dict, func_names: set[str]) -> bool:
-    """A code cell that is neither an import cell, a task's function nor a check cell."""
+    """A code cell that is neither an import cell (only imports), a task's function (it may
+    start with imports) nor a check cell."""
     text = src(cell).strip()
     if cell["cell_type"] != "code" or "nbgrader" in cell.get("metadata", {}):
         return False
-    first = text.splitlines()[0] if text else ""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     return not (
-        first.startswith(("import ", "from "))
+        all(line.startswith(("import ", "from ", " ", ")")) for line in lines)
         or text.startswith("check(")
-        or any(text.startswith(f"def {name}(") for name in func_names)
+        or any(name in func_names for name in DEF.findall(text))
     )
 
 
@@ -253,9 +282,9 @@ def nbgrader_source(tasks: list, lean: bool) -> dict:
         if lean and is_exploration(cell, set(by_func)):
             continue
         text = src(cell)
-        match = re.match(r"def (\w+)\(", text)
-        if cell["cell_type"] == "code" and match and match.group(1) in by_func:
-            task = by_func[match.group(1)]
+        defined = [name for name in DEF.findall(text) if name in by_func]
+        if cell["cell_type"] == "code" and defined:
+            task = by_func[defined[0]]
             cell["metadata"]["nbgrader"] = {
                 "grade": False,
                 "solution": True,
@@ -265,7 +294,7 @@ def nbgrader_source(tasks: list, lean: bool) -> dict:
             }
         cells.append(cell)
         check = re.match(r'check\("([\d.]+)", (\w+)\)', text.strip())
-        if cell["cell_type"] == "code" and check:
+        if cell["cell_type"] == "code" and check and check.group(1) in {t.id for t in tasks}:
             task_id, func = check.groups()
             task = next(t for t in tasks if t.id == task_id)
             test = (
@@ -299,22 +328,25 @@ def strip_markers(source: str) -> str:
     )
 
 
-def plan(n: int) -> list[tuple[str, str, dict[str, str]]]:
-    """(student, kind, {task id: which code}) for every submission of the batch."""
+def plan(n: int, task_ids: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+    """(student, kind, {task id: which code}) for every submission of the batch: half the
+    solutions, one in ten the untouched exercise, one in ten only the first two tasks, the
+    rest one planted mistake each (:data:`MISTAKES` in turn)."""
     rows, mistakes = [], 0
+    first_two = task_ids[:2]
     for i in range(n):
         student = f"s{i + 1:03d}"
         slot = i % 10
         if slot < 5:
-            kind, choice = "solution", dict.fromkeys(["1.1", "1.2", "1.3", "1.4"], "solution")
+            kind, choice = "solution", dict.fromkeys(task_ids, "solution")
         elif slot == 5:
-            kind, choice = "exercise", dict.fromkeys(["1.1", "1.2", "1.3", "1.4"], "exercise")
+            kind, choice = "exercise", dict.fromkeys(task_ids, "exercise")
         elif slot == 6:
-            kind = "partial (1.1, 1.2)"
-            choice = {"1.1": "solution", "1.2": "solution", "1.3": "exercise", "1.4": "exercise"}
+            kind = f"partial ({', '.join(first_two)})"
+            choice = {t: "solution" if t in first_two else "exercise" for t in task_ids}
         else:
             task_id, label, _ = MISTAKES[mistakes % len(MISTAKES)]
-            choice = dict.fromkeys(["1.1", "1.2", "1.3", "1.4"], "solution")
+            choice = dict.fromkeys(task_ids, "solution")
             choice[task_id] = f"mistake:{mistakes % len(MISTAKES)}"
             kind, mistakes = f"mistake: {label}", mistakes + 1
         rows.append((student, kind, choice))
@@ -336,7 +368,8 @@ def build_submission(release: dict, student: str, choice: dict, tasks: list) -> 
             elif what == "exercise":
                 cell["source"] = exercises[task.func_name]
             else:
-                cell["source"] = MISTAKES[int(what.split(":")[1])][2]
+                source = MISTAKES[int(what.split(":")[1])][2]
+                cell["source"] = exercises[task.func_name] if source == UNFIXED else source
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     first["source"] = f"# {student}'s notebook\n" + src(first)
     return nb
@@ -412,20 +445,36 @@ def course_warm(batch: Path, work: Path, jobs: int) -> dict:
         times[f"warm_j{j}"] = time.perf_counter() - start
         check_uncached(work / f"out-warm-j{j}", len(files))
         log(f"  warm forkserver, --jobs {j}: {times[f'warm_j{j}']:.1f} s")
+    import torch
+
+    from coursepkg.checks.core import warm_training
+
     tasks = tasks_for(ASSIGNMENT)
     load_s = run_s = 0.0
-    exec(compile(read_submission(files[0], "w").code, "warmup", "exec"), {})  # noqa: S102
-    for path in files:
-        sub = read_submission(path, path.stem)
-        start = time.perf_counter()
-        namespace: dict = {"__name__": "__submission__"}
-        exec(compile(sub.code, str(path), "exec"), namespace)  # noqa: S102 - our own batch
-        middle = time.perf_counter()
-        for task in tasks:
-            run_task(task.id, namespace.get(task.func_name), secret=BENCH_SECRET, tripwire=False)
-        load_s += middle - start
-        run_s += time.perf_counter() - middle
+    by_task = dict.fromkeys((t.id for t in tasks), 0.0)
+    # As in the grader's children: torch on one thread, the first optimiser step already paid.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    warm_training()
+    try:
+        exec(compile(read_submission(files[0], "w").code, "warmup", "exec"), {})  # noqa: S102
+        for path in files:
+            sub = read_submission(path, path.stem)
+            start = time.perf_counter()
+            namespace: dict = {"__name__": "__submission__"}
+            exec(compile(sub.code, str(path), "exec"), namespace)  # noqa: S102 - our own batch
+            middle = time.perf_counter()
+            for task in tasks:
+                task_start = time.perf_counter()
+                run_task(task.id, namespace.get(task.func_name), secret=BENCH_SECRET,
+                         tripwire=False)
+                by_task[task.id] += time.perf_counter() - task_start
+            load_s += middle - start
+            run_s += time.perf_counter() - middle
+    finally:
+        torch.set_num_threads(threads)
     times["student_load"], times["student_run"] = load_s, run_s
+    times["student_run_by_task"] = by_task
     return times
 
 
@@ -564,9 +613,8 @@ def main() -> None:
     if args.quick:
         args.n = 3
 
-    from coursepkg.checks import tasks_for
-
-    tasks = tasks_for(ASSIGNMENT)
+    tasks = graded_tasks()
+    written = written_questions()
     overall = time.perf_counter()
     benchlib.warn_if_busy()
     bin_ = None if args.skip_nbgrader else ensure_nbgrader_venv(Path(args.nbgrader_venv))
@@ -583,7 +631,7 @@ def main() -> None:
             release = setup_nbgrader_course(course, bin_, tasks, args.lean)
         else:  # the same layout, without nbgrader: the source notebook stands in for it
             release = nbgrader_source(tasks, args.lean)
-        rows = plan(args.n)
+        rows = plan(args.n, [t.id for t in tasks])
         batch = work / "batch"
         for student, _, choice in rows:
             nb = build_submission(release, student, choice, tasks)
@@ -599,6 +647,15 @@ def main() -> None:
             + ", ".join(f"{v} {k}" for k, v in kinds.items())
             + f"; in {work}"
         )
+        log(
+            f"graded by both: {len(tasks)} tasks, "
+            + ", ".join(f"{t.id} ({t.kind}, {t.max_points():g})" for t in tasks)
+        )
+        if written:
+            log(
+                "left out of both sides (written answers, graded by hand): "
+                + ", ".join(f"{qid} ({points:g})" for qid, points in written)
+            )
 
         log(f"coursepkg grade --jobs {args.jobs} (cold: a new process)...")
         cold = course_cold(batch, work / "out-cold", args.jobs, write_bench_secret(work))
@@ -618,7 +675,10 @@ def main() -> None:
         code = warm["student_load"] + warm["student_run"]
         j1 = warm["warm_j1"]
         log("")
-        log(f"results ({n} submissions, {os.cpu_count()} cores):")
+        log(f"results ({n} submissions, {os.cpu_count()} cores; {len(tasks)} autograded tasks, "
+            f"{sum(t.max_points() for t in tasks):g} points"
+            + (f"; written answers {', '.join(q for q, _ in written)} graded by hand, on "
+               "neither side" if written else "") + "):")
         wj = warm[f"warm_j{args.jobs}"]
 
         def row(label: str, seconds: float) -> None:
@@ -632,6 +692,9 @@ def main() -> None:
             f"  {'student code alone, in-process, serial':<40} {code:7.2f} s  "
             f"({code / n * 1000:.1f} ms/notebook: {load_ms:.1f} load, {run_ms:.1f} run)"
         )
+        slowest = sorted(warm["student_run_by_task"].items(), key=lambda kv: -kv[1])[:3]
+        log("  of which the slowest tasks: " + ", ".join(
+            f"{task_id} {seconds / n * 1000:.0f} ms/notebook" for task_id, seconds in slowest))
         over = (j1 - code) / n
         log(
             f"  grader overhead per submission (warm --jobs 1 minus own code): "
@@ -655,10 +718,19 @@ def main() -> None:
         )
         results = {
             "n": n, "jobs": args.jobs, "tasks": len(tasks), "lean": args.lean,
+            "assignment": ASSIGNMENT,
+            "task_ids": [t.id for t in tasks],
+            "points": sum(t.max_points() for t in tasks),
+            "points_by_kind": {
+                kind: sum(t.max_points() for t in tasks if t.kind == kind)
+                for kind in dict.fromkeys(t.kind for t in tasks)
+            },
+            "left_out_written": [{"id": q, "points": pts} for q, pts in written],
             "coursepkg_cold_s": cold,
             "coursepkg_warm_s": wj,
             "coursepkg_warm_j1_s": j1,
             "student_code_s": code,
+            "student_run_by_task_s": warm["student_run_by_task"],
             "overhead_per_submission_s": over,
             "overhead_per_task_s": over / len(tasks),
             "startup_s": cold - wj,

@@ -1,29 +1,41 @@
 """Time a class graded unsharded against the same class in 2 local shards, and project the wall
-time on W workers (issue 25).
+time on W workers (issues 20 and 25).
 
-Run with ``.venv/bin/python benchmarks/bench_shards.py`` (200 submissions: about 10 minutes on
-2 idle cores) or ``--n 2000`` (the issue's class: about 1.5 hours). Writes
-``benchmarks/results/shards.json`` (``shards-2000.json`` for ``--n 2000``). Options: ``--n``
-submissions (200), ``--assignment`` (01_ngrams), ``--workers`` for the projection (1 2 4 8 16 32
-64), ``--keep DIR`` (keep the batch and the graded folders), ``--quick`` (a smoke run: 12).
+Run with ``.venv/bin/python benchmarks/bench_shards.py`` (chapter 1, 200 submissions: about 15
+minutes on 2 idle cores) or ``--n 2000`` (issue 25's class: about 2 hours). Issue 20's number,
+50 complete submissions of chapter 7 graded with ``--jobs 2`` (the capstone's training
+included), is ``--assignment 07_transformer --n 50 --complete --no-shards``.
+
+Writes ``benchmarks/results/shards[-ASSIGNMENT][-complete][-N].json``: the assignment when it is
+not 01_ngrams, ``-complete`` with ``--complete``, N when it is not 200 (``shards.json`` for the
+default run, ``shards-2000.json`` for ``--n 2000``,
+``shards-07_transformer-complete-50.json`` for issue 20's); a ``--quick`` run writes the same
+name with ``.quick.json`` (ignored by git). Options: ``--n`` submissions (200),
+``--assignment`` (01_ngrams), ``--complete`` (every notebook a complete submission: the
+solution), ``--no-shards`` (only the unsharded grading and the projection), ``--workers`` for
+the projection (1 2 4 8 16 32 64), ``--keep DIR`` (keep the batch and the graded folders),
+``--quick`` (a smoke run: 12 submissions, 4 with ``--complete``).
 
 What it does:
 
 1. The batch: the chapter's demo batch (:func:`coursepkg.grading.demo.write_demo`: the solution,
-   the untouched exercise, one planted mistake per student) repeated to N notebooks, each made
-   unique by a markdown cell with its student's id, so the grader's per-content cache never hits.
+   the untouched exercise, one planted mistake per student) repeated to N notebooks, or with
+   ``--complete`` N copies of the solution notebook (every task done, the train tasks trained by
+   the grader), each made unique by a markdown cell with its student's id, so the grader's
+   per-content cache never hits.
 2. ``coursepkg grade`` of one notebook (a new process: its start-up, the forkserver importing
    torch, one submission), then of the whole batch with ``--jobs 2``: the per-submission cost of
    a 2-core worker is (whole - one) / (N - 1).
 3. The same batch as 2 shards, ``--shard 1/2`` and ``--shard 2/2`` with ``--jobs 1`` each, two
    processes at the same time on this machine's 2 cores, then ``coursepkg merge``; its
    ``grades.csv`` must equal the unsharded one byte for byte (points only: the feedback also
-   gives train tasks' times, which differ between any two gradings).
+   gives train tasks' times, which differ between any two gradings). Skipped with
+   ``--no-shards``.
 4. The projection: a class of N (and of 2,000) on W workers of 2 cores each, each grading
    ceil(N / W) notebooks: the one-notebook run (start-up and a notebook, a little pessimistic)
    + ceil(N / W) * per-submission + the merge (measured here, scaled to the class: it copies
-   files, so it grows with N, not W). The scheduler's own overhead (pulling the image, starting
-   pods) is not in it.
+   files, so it grows with N, not W; 0 with ``--no-shards``, which does not measure it). The
+   scheduler's own overhead (pulling the image, starting pods) is not in it.
 
 The two local shards cannot beat the unsharded run on the same 2 cores (the same work, plus a
 second start-up): they show what sharding costs, and the projection what it buys.
@@ -31,6 +43,7 @@ second start-up): they show what sharding costs, and the projection what it buys
 
 from __future__ import annotations
 
+import csv
 import math
 import shutil
 import subprocess
@@ -47,16 +60,20 @@ COURSE = [sys.executable, "-m", "coursepkg"]
 SECRET = "62656e63682d7368617264732d7365637265742d3031"  # a fixed test secret (hex)
 
 
-def build_batch(assignment: str, n: int, folder: Path) -> list[Path]:
-    """N unique notebooks made from the demo batch's variants, in turn."""
+def build_batch(assignment: str, n: int, folder: Path, *, complete: bool = False) -> list[Path]:
+    """N unique notebooks made from the demo batch's variants, in turn (``complete``: from the
+    solution notebook alone)."""
     from coursepkg.grading.demo import write_demo
 
-    variants = write_demo(assignment, ROOT, folder / "variants")
+    if complete:
+        variants = [ROOT / "solutions" / f"{assignment}.ipynb"]
+    else:
+        variants = write_demo(assignment, ROOT, folder / "variants")
     made = []
     for i in range(n):
         source = variants[i % len(variants)]
         nb = nbformat.read(source, as_version=4)
-        student = f"s{i:05d}-{source.stem}"
+        student = f"s{i:05d}-{'complete' if complete else source.stem}"
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"Submitted by {student}."))
         path = folder / "batch" / f"{student}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +109,15 @@ def shards_at_once(assignment: str, batch: Path, work: Path, secret: Path, count
     return time.perf_counter() - start
 
 
+def full_marks(out: Path) -> tuple[int, list[str]]:
+    """How many rows of ``out/grades.csv`` have every point, and the students of the others."""
+    with (out / "grades.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    short = [row["student"] for row in rows
+             if abs(float(row["total"]) - float(row["max"])) > 1e-6]
+    return len(rows) - len(short), short
+
+
 def projection(n: int, startup: float, per_submission: float, merge: float,
                workers: list[int]) -> list[dict]:
     """Projected wall seconds of a class of ``n`` on each number of 2-core workers."""
@@ -103,16 +129,37 @@ def projection(n: int, startup: float, per_submission: float, merge: float,
     return rows
 
 
+DEFAULT_ASSIGNMENT, DEFAULT_N = "01_ngrams", 200
+
+
+def results_name(assignment: str, n: int, complete: bool) -> str:
+    """``shards[-ASSIGNMENT][-complete][-N]``: each run its own file, chapter 1's default
+    ``shards``."""
+    return "-".join(
+        ["shards"]
+        + ([assignment] if assignment != DEFAULT_ASSIGNMENT else [])
+        + (["complete"] if complete else [])
+        + ([str(n)] if n != DEFAULT_N else [])
+    )
+
+
 def main() -> None:
     parser = benchlib.parser(__doc__)
-    parser.add_argument("--n", type=int, default=200, help="submissions in the batch (200)")
-    parser.add_argument("--assignment", default="01_ngrams", help="the exercise set (01_ngrams)")
+    parser.add_argument("--n", type=int, default=DEFAULT_N, help="submissions in the batch (200)")
+    parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT,
+                        help="the exercise set (01_ngrams)")
+    parser.add_argument("--complete", action="store_true",
+                        help="every notebook a complete submission (the solution), not the demo "
+                             "batch's variants")
+    parser.add_argument("--no-shards", action="store_true",
+                        help="grade the class unsharded only (no 2-shard run, no merge)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64],
                         help="worker counts for the projection")
     parser.add_argument("--keep", metavar="DIR", help="keep the batch and graded folders in DIR")
     args = parser.parse_args()
+    name = results_name(args.assignment, args.n, args.complete)
     if args.quick:
-        args.n = 12
+        args.n = 4 if args.complete else 12
     benchlib.warn_if_busy()
     if args.keep:
         work = Path(args.keep).resolve()
@@ -124,9 +171,10 @@ def main() -> None:
     try:
         secret = work / "secret"
         secret.write_text(SECRET + "\n")
-        notebooks = build_batch(args.assignment, args.n, work)
+        notebooks = build_batch(args.assignment, args.n, work, complete=args.complete)
         batch = notebooks[0].parent
-        benchlib.log(f"batch: {args.n} notebooks of {args.assignment} in {batch}")
+        what = "complete submissions" if args.complete else "notebooks (the demo batch's variants)"
+        benchlib.log(f"batch: {args.n} {what} of {args.assignment} in {batch}")
 
         one = run(["grade", args.assignment, str(notebooks[0]), "--out", str(work / "one"),
                    "--jobs", "2", "--secret", str(secret)])
@@ -134,20 +182,29 @@ def main() -> None:
         whole = run(["grade", args.assignment, str(batch), "--out", str(work / "unsharded"),
                      "--jobs", "2", "--secret", str(secret)])
         per_submission = (whole - one) / max(1, args.n - 1)
-        benchlib.log(f"unsharded, --jobs 2: {whole:.1f} s ({per_submission:.3f} s per "
-                     "submission after start-up)")
-        sharded = shards_at_once(args.assignment, batch, work, secret, 2)
-        merge = run(["merge", str(work / "shard-1"), str(work / "shard-2"),
-                     "--out", str(work / "merged")])
-        same = (work / "merged" / "grades.csv").read_bytes() == (
-            work / "unsharded" / "grades.csv").read_bytes()
-        benchlib.log(f"2 shards at once, --jobs 1 each: {sharded:.1f} s, merge {merge:.2f} s; "
-                     f"grades.csv {'identical' if same else 'DIFFERENT'}")
-        if not same:
-            sys.exit("the merged grades.csv differs from the unsharded one")
+        benchlib.log(f"unsharded, --jobs 2: {whole:.1f} s ({whole / args.n:.2f} s per submission;"
+                     f" {per_submission:.3f} s after start-up)")
+        full = full_marks(work / "unsharded") if args.complete else None
+        if full is not None:
+            benchlib.log(f"full marks: {full[0]}/{args.n} submissions")
+            if full[0] != args.n:  # a capstone over its time budget: the machine is too busy
+                benchlib.log(f"warning: complete submissions without full marks (over a time "
+                             f"limit on a busy machine?): {', '.join(full[1])}")
+        sharded = merge = same = None
+        if not args.no_shards:
+            sharded = shards_at_once(args.assignment, batch, work, secret, 2)
+            merge = run(["merge", str(work / "shard-1"), str(work / "shard-2"),
+                         "--out", str(work / "merged")])
+            same = (work / "merged" / "grades.csv").read_bytes() == (
+                work / "unsharded" / "grades.csv").read_bytes()
+            benchlib.log(f"2 shards at once, --jobs 1 each: {sharded:.1f} s, merge {merge:.2f} s;"
+                         f" grades.csv {'identical' if same else 'DIFFERENT'}")
+            if not same:
+                sys.exit("the merged grades.csv differs from the unsharded one")
 
         sizes = sorted({args.n, 2000})
-        projected = {str(n): projection(n, one, per_submission, merge * n / args.n, args.workers)
+        projected = {str(n): projection(n, one, per_submission, (merge or 0.0) * n / args.n,
+                                        args.workers)
                      for n in sizes}
         for n in sizes:
             benchlib.log(f"\nprojected wall time, {n} submissions on W workers of 2 cores:")
@@ -157,15 +214,17 @@ def main() -> None:
         results = {
             "assignment": args.assignment,
             "submissions": args.n,
+            "batch": "complete" if args.complete else "demo",
+            "full_marks": None if full is None else full[0],
             "one_notebook_seconds": one,
             "unsharded_jobs2_seconds": whole,
+            "unsharded_wall_per_submission_seconds": whole / args.n,
             "per_submission_seconds_2_cores": per_submission,
             "two_shards_at_once_seconds": sharded,
             "merge_seconds": merge,
             "merged_grades_identical": same,
             "projected": projected,
         }
-        name = "shards" if args.n == 200 or args.quick else f"shards-{args.n}"
         benchlib.write_results(name, results, args)
     finally:
         if not args.keep:
