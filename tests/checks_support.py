@@ -20,7 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
+import torch
+import torch.nn.functional as F
+
 from coursepkg import checks
+from coursepkg.checks.tensors import NO_ANSWER
 
 #: The instructor's secret of the tests: the hidden cases of every task are made from it.
 TEST_SECRET = b"course-tests-secret-0123456789"
@@ -73,6 +77,32 @@ def strip_raised(message):
         assert name == "an exception" or name in dir(builtins), message
         return rest
     return message
+
+
+def short_training(model, inputs, targets, steps, *, lr, batch, seed=0, zero_grad=True,
+                   shuffled=False):
+    """The reference's training loop of a classifier's train task
+    (:func:`coursepkg.checks.tensors.fit_classifier`) with the faults a student's training
+    may have, for the "trains too little or wrongly" stand-ins: few ``steps``, the gradients
+    never cleared (``zero_grad=False``), or each minibatch's answers drawn apart from its
+    inputs (``shuffled``). ``inputs``: one tensor or a tuple (the model's arguments);
+    ``targets``: the answers, ``NO_ANSWER`` where there is none. Returns ``model``."""
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(0, len(targets), (batch,), generator=generator)
+        answers = rows
+        if shuffled:
+            answers = torch.randint(0, len(targets), (batch,), generator=generator)
+        logits = model(*(x[rows] for x in inputs))  # (batch, ..., C)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[answers].reshape(-1),
+                               ignore_index=NO_ANSWER)
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
 
 
 def check_output(capsys, task_id, func):

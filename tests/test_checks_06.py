@@ -16,12 +16,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checks_support import Chapter, all_cases, check_output, hidden_cases, run_task
+from checks_support import Chapter, all_cases, check_output, hidden_cases, run_task, short_training
 
 from coursepkg import checks
 from coursepkg import positional as pos
 from coursepkg.checks import ch06_positional as ch06
 from coursepkg.checks.core import student_args
+from coursepkg.checks.tensors import held_out_accuracy
 
 TASK_IDS = ("6.1", "6.2", "6.3", "6.4", "6.5", "6.6", "6.7")
 
@@ -379,23 +380,11 @@ def debug_pairs_not_flattened(x, positions, base=10000.0):
 # ---------------------------------------------------------------------------------------------
 
 
-def _loop(model, tokens, steps, *, K=ch06.LOOKBACK_K, lr=0.01, zero_grad=True, seed=0,
-          shift=True):
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    V = ch06.LOOKBACK_SYMBOLS
-    for _ in range(steps):
-        batch = tokens[torch.randint(0, len(tokens), (32,), generator=generator)]
-        logits = model(batch)
-        if shift:
-            loss = F.cross_entropy(logits[:, K:].reshape(-1, V), batch[:, :-K].reshape(-1))
-        else:
-            loss = F.cross_entropy(logits.reshape(-1, V), batch.reshape(-1))
-        if zero_grad:
-            optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
+def _loop(model, tokens, steps, *, K=ch06.LOOKBACK_K, lr=0.01, shift=True, **faults):
+    """The reference's loop, trained on the token K back (or, not ``shift``-ed, on the token
+    itself)."""
+    targets = ch06.lookback_targets(tokens, K) if shift else tokens
+    return short_training(model, tokens, targets, steps, lr=lr, batch=32, **faults)
 
 
 def train_lookback(tokens, seed):
@@ -827,7 +816,9 @@ def test_the_reference_reaches_the_target_on_three_seeds(seed):
     tokens = ch06.lookback_data(seed, ch06.LOOKBACK_TRAIN)
     model = ch06.train_lookback(tokens, seed)
     held_out = ch06.lookback_data(seed + 1000, ch06.LOOKBACK_HELD_OUT, ch06.LOOKBACK_TEST_LENGTH)
-    assert ch06.lookback_accuracy(model, held_out) >= ch06.LOOKBACK_BANDS[0][0]
+    accuracy = held_out_accuracy(ch06.LookbackModel, model.state_dict(), held_out,
+                                 ch06.lookback_targets(held_out))
+    assert accuracy >= ch06.LOOKBACK_BANDS[0][0]
 
 
 @pytest.mark.parametrize("func", [train_lookback, train_lookback_epochs])
@@ -851,10 +842,11 @@ def test_the_held_out_sequences_are_longer_and_never_reach_the_student():
     for case in all_cases(task):
         assert "_heldout" in case.args and "_heldout" not in student_args(case.args)
         tokens, seed = task.build_args(student_args(case.args))
-        held_out = task.expected(case.args)
+        held_out, answers = task.expected(case.args)
         assert seed == case.args["seed"]
         assert tokens.shape == (ch06.LOOKBACK_TRAIN, ch06.LOOKBACK_LENGTH)
-        assert held_out.shape == (ch06.LOOKBACK_HELD_OUT, ch06.LOOKBACK_TEST_LENGTH)
+        assert held_out.shape == answers.shape == (ch06.LOOKBACK_HELD_OUT,
+                                                   ch06.LOOKBACK_TEST_LENGTH)
         assert not torch.equal(tokens[:5], held_out[:5, :ch06.LOOKBACK_LENGTH])
 
 

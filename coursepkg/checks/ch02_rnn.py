@@ -44,9 +44,7 @@ from torch import Tensor, nn
 from coursepkg import data, rnn
 from coursepkg.checks.core import (
     Args,
-    Case,
     CheckError,
-    HiddenCase,
     Task,
     draw_seed,
     draw_sizes,
@@ -69,6 +67,7 @@ from coursepkg.checks.tensors import (
     tensor_judge,
     tensor_plain,
     train_task,
+    training_cases,
     with_weights,
 )
 
@@ -666,10 +665,7 @@ register(
         ASSIGNMENT,
         "train_ab_acceptor",
         "Train an LSTM acceptor on the A/B task at length 20 within a time budget",
-        cases=(Case("1,024 training strings of length 20", 3,
-                    {"seed": 231, "n": AB_TRAIN, "_heldout": 9231}),),
-        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
-            "seed": draw_seed(rng), "n": AB_TRAIN, "_heldout": draw_seed(rng)}),),
+        **training_cases("1,024 training strings of length 20", AB_TRAIN, 231, 9231),
         build_args=_build_ab_args,
         reference=train_ab_acceptor,
         model=ABAcceptor,

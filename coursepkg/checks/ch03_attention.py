@@ -66,8 +66,6 @@ from coursepkg.checks.attention_mistakes import (
 )
 from coursepkg.checks.core import (
     Args,
-    Case,
-    HiddenCase,
     Task,
     Verdict,
     draw_seed,
@@ -89,6 +87,7 @@ from coursepkg.checks.tensors import (
     parts_plain,
     tensor_judge,
     train_task,
+    training_cases,
 )
 
 __all__ = [
@@ -891,10 +890,7 @@ register(
         ASSIGNMENT,
         "train_marker",
         "Train an attention-pooling classifier to name the marked token's symbol",
-        cases=(Case("2,000 training sequences", 3,
-                    {"seed": 341, "n": MARKER_TRAIN, "_heldout": 9341}),),
-        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
-            "seed": draw_seed(rng), "n": MARKER_TRAIN, "_heldout": draw_seed(rng)}),),
+        **training_cases("2,000 training sequences", MARKER_TRAIN, 341, 9341),
         build_args=_build_marker_args,
         reference=train_marker,
         model=MarkerModel,

@@ -67,9 +67,7 @@ from coursepkg.checks.attention_mistakes import (  # the hints of this chapter's
 )
 from coursepkg.checks.core import (
     Args,
-    Case,
     CheckError,
-    HiddenCase,
     Task,
     Verdict,
     draw_seed,
@@ -92,6 +90,7 @@ from coursepkg.checks.tensors import (
     parts_plain,
     tensor_judge,
     train_task,
+    training_cases,
     with_weights,
 )
 from coursepkg.self_attention import SelfAttention, causal_mask
@@ -927,10 +926,7 @@ register(
         ASSIGNMENT,
         "train_recall",
         "Train a one-head model to recall the digit paired with a query letter",
-        cases=(Case("2,000 training sequences", 3,
-                    {"seed": 441, "n": RECALL_TRAIN, "_heldout": 9441}),),
-        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
-            "seed": draw_seed(rng), "n": RECALL_TRAIN, "_heldout": draw_seed(rng)}),),
+        **training_cases("2,000 training sequences", RECALL_TRAIN, 441, 9441),
         build_args=_build_recall_args,
         reference=train_recall,
         model=RecallModel,

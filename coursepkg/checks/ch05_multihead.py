@@ -44,7 +44,6 @@ Shape letters: B batch, T queries, S keys, D model width, H heads, Dh head width
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -53,7 +52,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from coursepkg.checks import masks
 from coursepkg.checks.attention_mistakes import (  # the hints of this chapter's judges
@@ -67,11 +65,7 @@ from coursepkg.checks.attention_mistakes import (  # the hints of this chapter's
 )
 from coursepkg.checks.core import (
     Args,
-    Case,
-    HiddenCase,
     Task,
-    Verdict,
-    banded,
     draw_seed,
     draw_sizes,
     hidden,
@@ -83,14 +77,16 @@ from coursepkg.checks.tensors import (
     HINT_DTYPE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
     HINT_NOT_FINITE,  # noqa: F401 - idem
     Variant,
+    classifier_accuracy,
+    classifier_advice,
+    fit_classifier,
     generator,
     normal,
     parts_plain,
-    state_dict_plain,
-    state_dict_tensors,
     tensor_judge,
     tensor_plain,
-    with_weights,
+    train_task,
+    training_cases,
 )
 from coursepkg.multihead import MultiHeadAttention
 
@@ -777,31 +773,6 @@ def two_held_out(args: dict) -> tuple[Tensor, Tensor, Tensor]:
     return two_marker_data(int(args["_heldout"]), TWO_HELD_OUT)
 
 
-def two_accuracy(model: nn.Module, tokens: Tensor, markers: Tensor, targets: Tensor) -> float:
-    """The accuracy of ``model`` over both answers of every sequence."""
-    with torch.no_grad():
-        return (model(tokens, markers).argmax(dim=-1) == targets).float().mean().item()
-
-
-def _judge_two(got: object, expected: tuple, args: dict) -> Verdict:
-    state = state_dict_tensors(got, TWO_SHAPES)  # a forged answer raises: "not the form"
-    tokens, markers, targets = expected
-    model = with_weights(TwoMarkerModel, torch.float32, state)
-    with torch.no_grad():
-        logits = model(tokens, markers)  # (N, 2, letters)
-    accuracy = (logits.argmax(dim=-1) == targets).float().mean().item()
-    verdict = banded(accuracy, TWO_BANDS, metric="held-out accuracy")
-    if verdict.ok:
-        return verdict
-    if verdict.fraction:
-        hint = HINT_TWO_PARTIAL
-    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.25:
-        hint = HINT_TWO_UNTRAINED
-    else:
-        hint = HINT_TWO_TRAIN
-    return dataclasses.replace(verdict, hint=hint)
-
-
 def train_two_markers(tokens: Tensor, markers: Tensor, targets: Tensor,
                       seed: int) -> TwoMarkerModel:
     """Task 5.3's reference: Adam on minibatches of 128 sequences, 150 steps (one or two
@@ -816,32 +787,27 @@ def train_two_markers(tokens: Tensor, markers: Tensor, targets: Tensor,
     """
     torch.manual_seed(seed)
     model = TwoMarkerModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
-    batches = torch.Generator().manual_seed(seed)
-    for _ in range(150):
-        rows = torch.randint(0, len(targets), (128,), generator=batches)
-        logits = model(tokens[rows], markers[rows])  # (128, 2, letters)
-        loss = F.cross_entropy(logits.reshape(-1, TWO_LETTERS), targets[rows].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_classifier(model, (tokens, markers), targets, seed, steps=150, lr=0.03,
+                          batch=128)
 
 
 register(
-    Task(
-        id="5.3",
-        assignment=ASSIGNMENT,
-        func_name="train_two_markers",
-        title="Train a two-head model to read two marked letters at once",
-        cases=(Case("2,000 training sequences", 3,
-                    {"seed": 531, "n": TWO_TRAIN, "_heldout": 9531}),),
-        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
-            "seed": draw_seed(rng), "n": TWO_TRAIN, "_heldout": draw_seed(rng)}),),
+    train_task(
+        "5.3",
+        ASSIGNMENT,
+        "train_two_markers",
+        "Train a two-head model to read two marked letters at once",
+        **training_cases("2,000 training sequences", TWO_TRAIN, 531, 9531),
         build_args=_build_two_args,
         reference=train_two_markers,
-        to_plain=lambda value: state_dict_plain(value, TWO_SHAPES),
-        judge=_judge_two,
+        model=TwoMarkerModel,
+        held_out=two_held_out,
+        score=classifier_accuracy,
+        bands=TWO_BANDS,
+        time_limit=TWO_TIME_LIMIT,
+        metric="held-out accuracy",
+        advise=classifier_advice(HINT_TWO_PARTIAL, HINT_TWO_TRAIN,
+                                 untrained=(0.25, HINT_TWO_UNTRAINED)),
         forbidden=("coursepkg.lm", "torch.nn.functional.scaled_dot_product_attention",
                    "torch.nn.MultiheadAttention"),
         error_hints={
@@ -852,9 +818,6 @@ register(
             "returns (B, 2, letters) logits, which cross_entropy wants as (B * 2, letters) "
             "beside (B * 2,) answers.",
         },
-        kind="train",
-        time_limit=TWO_TIME_LIMIT,
-        expected=two_held_out,
     )
 )
 

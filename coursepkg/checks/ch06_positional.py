@@ -39,7 +39,6 @@ width.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -48,15 +47,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from coursepkg.checks.core import (
     Args,
-    Case,
-    HiddenCase,
     Task,
     Verdict,
-    banded,
     draw_seed,
     hidden,
     question,
@@ -65,16 +60,19 @@ from coursepkg.checks.core import (
 from coursepkg.checks.tensors import (
     HINT_DTYPE,
     HINT_NOT_FINITE,  # noqa: F401 - a hint of this chapter's judges too, named by the tests
+    NO_ANSWER,
     Variant,
+    classifier_accuracy,
+    classifier_advice,
     decode,
+    fit_classifier,
     generator,
     judge_parts,
     normal,
-    state_dict_plain,
-    state_dict_tensors,
     tensor_judge,
     tensor_plain,
-    with_weights,
+    train_task,
+    training_cases,
 )
 from coursepkg.positional import RelativePositionBias, apply_rope, rope_angles
 from coursepkg.self_attention import causal_mask
@@ -1028,11 +1026,12 @@ def lookback_data(seed: int, n: int, T: int = LOOKBACK_LENGTH) -> Tensor:
                          generator=torch.Generator().manual_seed(int(seed)))
 
 
-def lookback_accuracy(model: nn.Module, tokens: Tensor, K: int = LOOKBACK_K) -> float:
-    """The share of positions t >= K whose argmax is the token at t - K."""
-    with torch.no_grad():
-        guesses = model(tokens).argmax(dim=-1)  # (n, T)
-    return (guesses[:, K:] == tokens[:, :-K]).float().mean().item()
+def lookback_targets(tokens: Tensor, K: int = LOOKBACK_K) -> Tensor:
+    """The answers of ``tokens`` (n, T): (n, T) int64, the token at t - K at every position
+    t >= K, :data:`~coursepkg.checks.tensors.NO_ANSWER` at the first K (they have none)."""
+    targets = torch.full_like(tokens, NO_ANSWER)
+    targets[:, K:] = tokens[:, :-K]
+    return targets
 
 
 def _build_lookback_args(args: dict) -> tuple:
@@ -1041,33 +1040,16 @@ def _build_lookback_args(args: dict) -> tuple:
     return lookback_data(int(args["seed"]), int(args["n"])), int(args["seed"])
 
 
-def lookback_held_out(args: dict) -> Tensor:
+def lookback_held_out(args: dict) -> tuple[Tensor, Tensor]:
     """The ``expected`` hook: held-out sequences, LONGER than the training ones, drawn from
-    the case's ``"_heldout"`` seed."""
-    return lookback_data(int(args["_heldout"]), LOOKBACK_HELD_OUT, LOOKBACK_TEST_LENGTH)
+    the case's ``"_heldout"`` seed, and their answers (:func:`lookback_targets`)."""
+    tokens = lookback_data(int(args["_heldout"]), LOOKBACK_HELD_OUT, LOOKBACK_TEST_LENGTH)
+    return tokens, lookback_targets(tokens)
 
 
 with torch.random.fork_rng(devices=[]):
     #: Every name of LookbackModel's state_dict and its shape.
     LOOKBACK_SHAPES = {name: tuple(t.shape) for name, t in LookbackModel().state_dict().items()}
-
-
-def _judge_lookback(got: object, expected: Tensor, args: dict) -> Verdict:
-    state = state_dict_tensors(got, LOOKBACK_SHAPES)  # a forged answer raises: "not the form"
-    model = with_weights(LookbackModel, torch.float32, state)
-    with torch.no_grad():
-        logits = model(expected)  # (n, T, symbols)
-    accuracy = (logits.argmax(dim=-1)[:, LOOKBACK_K:] == expected[:, :-LOOKBACK_K]).float()
-    verdict = banded(accuracy.mean().item(), LOOKBACK_BANDS, metric="held-out accuracy")
-    if verdict.ok:
-        return verdict
-    if verdict.fraction:
-        hint = HINT_LOOKBACK_PARTIAL
-    elif logits.softmax(dim=-1).amax(dim=-1).mean().item() < 0.3:
-        hint = HINT_LOOKBACK_UNTRAINED
-    else:
-        hint = HINT_LOOKBACK_TRAIN
-    return dataclasses.replace(verdict, hint=hint)
 
 
 def train_lookback(tokens: Tensor, seed: int) -> LookbackModel:
@@ -1083,33 +1065,27 @@ def train_lookback(tokens: Tensor, seed: int) -> LookbackModel:
     """
     torch.manual_seed(seed)
     model = LookbackModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    batches = torch.Generator().manual_seed(seed)
-    K, V = LOOKBACK_K, LOOKBACK_SYMBOLS
-    for _ in range(150):
-        batch = tokens[torch.randint(0, len(tokens), (32,), generator=batches)]  # (32, T)
-        loss = F.cross_entropy(model(batch)[:, K:].reshape(-1, V), batch[:, :-K].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_classifier(model, tokens, lookback_targets(tokens), seed, steps=150, lr=0.01,
+                          batch=32)
 
 
 register(
-    Task(
-        id="6.5",
-        assignment=ASSIGNMENT,
-        func_name="train_lookback",
-        title="Train a RoPE head to output the token 3 positions back, tested on longer "
-        "sequences",
-        cases=(Case("2,000 training sequences of 16 tokens", 3,
-                    {"seed": 651, "n": LOOKBACK_TRAIN, "_heldout": 9651}),),
-        hidden=(HiddenCase("hidden: another training set", 3, lambda rng: {
-            "seed": draw_seed(rng), "n": LOOKBACK_TRAIN, "_heldout": draw_seed(rng)}),),
+    train_task(
+        "6.5",
+        ASSIGNMENT,
+        "train_lookback",
+        "Train a RoPE head to output the token 3 positions back, tested on longer sequences",
+        **training_cases("2,000 training sequences of 16 tokens", LOOKBACK_TRAIN, 651, 9651),
         build_args=_build_lookback_args,
         reference=train_lookback,
-        to_plain=lambda value: state_dict_plain(value, LOOKBACK_SHAPES),
-        judge=_judge_lookback,
+        model=LookbackModel,
+        held_out=lookback_held_out,
+        score=classifier_accuracy,
+        bands=LOOKBACK_BANDS,
+        time_limit=LOOKBACK_TIME_LIMIT,
+        metric="held-out accuracy",
+        advise=classifier_advice(HINT_LOOKBACK_PARTIAL, HINT_LOOKBACK_TRAIN,
+                                 untrained=(0.3, HINT_LOOKBACK_UNTRAINED)),
         forbidden=("coursepkg.lm", "coursepkg.transformer",
                    "torch.nn.functional.scaled_dot_product_attention",
                    "torch.nn.MultiheadAttention"),
@@ -1121,9 +1097,6 @@ register(
             "F.cross_entropy wants the logits flattened to (B * positions, symbols) and the "
             "answers to (B * positions,).",
         },
-        kind="train",
-        time_limit=LOOKBACK_TIME_LIMIT,
-        expected=lookback_held_out,
     )
 )
 

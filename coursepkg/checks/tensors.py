@@ -27,18 +27,20 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from coursepkg.checks.core import Case, CheckError, HiddenCase, Task, Verdict, banded
+from coursepkg.checks.core import Case, CheckError, HiddenCase, Task, Verdict, banded, draw_seed
 
 __all__ = [
     "DTYPES",
     "HINT_DTYPE",
     "HINT_NOT_FINITE",
+    "NO_ANSWER",
     "SKIPPED",
     "TOLERANCE",
     "ShapeHint",
@@ -61,6 +63,7 @@ __all__ = [
     "tensor_judge",
     "tensor_plain",
     "train_task",
+    "training_cases",
     "with_weights",
 ]
 
@@ -354,23 +357,54 @@ def train_task(
     )
 
 
-def classifier_accuracy(module: nn.Module, data: tuple[Tensor, Tensor]) -> float:
-    """A train task's ``score`` for a classifier: the share of ``data = (inputs, targets)``
-    whose most likely class under ``module(inputs)`` (logits ``(N, C)``) is the target."""
-    inputs, targets = data
-    return (module(inputs).argmax(dim=-1) == targets).float().mean().item()
+def training_cases(name: str, n: int, seed: int, held_out_seed: int, points: float = 3
+                   ) -> dict[str, tuple]:
+    """A train task's cases, to pass as ``train_task(..., **training_cases(...))``.
+
+    Returns ``{"cases": ..., "hidden": ...}``: the public case ``name`` (``n`` training rows
+    drawn from ``seed``, the held-out data from ``held_out_seed``) and the hidden case
+    "hidden: another training set" (both seeds drawn), each worth ``points``. The args are
+    ``{"seed", "n", "_heldout"}``; the student's function never sees ``"_heldout"``.
+    """
+    def draw(rng: random.Random) -> dict:
+        return {"seed": draw_seed(rng), "n": n, "_heldout": draw_seed(rng)}
+
+    return {"cases": (Case(name, points, {"seed": seed, "n": n, "_heldout": held_out_seed}),),
+            "hidden": (HiddenCase("hidden: another training set", points, draw),)}
 
 
-def fit_classifier(model: nn.Module, inputs: Tensor, targets: Tensor, seed: int, *,
-                   steps: int, lr: float, batch: int = 64) -> nn.Module:
+#: A target that has no answer (torch's ``ignore_index``): not trained on, not scored.
+NO_ANSWER = -100
+
+
+def classifier_accuracy(module: nn.Module, data: tuple[Tensor, ...]) -> float:
+    """A train task's ``score`` for a classifier: the share of answers that ``module`` gets.
+
+    ``data = (*inputs, targets)``: ``module(*inputs)`` gives logits ``(..., C)`` and
+    ``targets`` (int64, the logits' shape without C) the answers; an answer is got when it is
+    the most likely class. Targets equal to :data:`NO_ANSWER` are not counted (positions
+    that have no answer, as torch's ``ignore_index``).
+    """
+    *inputs, targets = data
+    hits = module(*inputs).argmax(dim=-1) == targets
+    return hits[targets != NO_ANSWER].float().mean().item()
+
+
+def fit_classifier(model: nn.Module, inputs: Tensor | tuple[Tensor, ...], targets: Tensor,
+                   seed: int, *, steps: int, lr: float, batch: int = 64) -> nn.Module:
     """The instructor's training of a classifier's train task: Adam on the cross-entropy of
-    ``model(inputs[rows])`` (logits ``(B, C)``), ``steps`` minibatches of ``batch`` rows drawn
-    with a generator seeded with ``seed``; returns ``model`` in eval mode."""
+    ``model(*inputs[rows])`` (logits ``(B, ..., C)``) against ``targets[rows]`` (``(B, ...)``;
+    :data:`NO_ANSWER` targets left out), ``steps`` minibatches of ``batch`` rows drawn with a
+    generator seeded with ``seed``; returns ``model`` in eval mode. ``inputs``: one tensor or
+    a tuple of them (the model's arguments), rows first."""
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     batches = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         rows = torch.randint(0, len(targets), (batch,), generator=batches)
-        loss = nn.functional.cross_entropy(model(inputs[rows]), targets[rows])
+        logits = model(*(x[rows] for x in inputs))  # (B, ..., C)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           targets[rows].reshape(-1), ignore_index=NO_ANSWER)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -378,32 +412,34 @@ def fit_classifier(model: nn.Module, inputs: Tensor, targets: Tensor, seed: int,
 
 
 def held_out_accuracy(build: Callable[[], nn.Module], state: Mapping[str, Tensor],
-                      inputs: Tensor, targets: Tensor) -> float:
-    """:func:`classifier_accuracy` of the model ``build()`` holding the weights ``state`` (float32,
-    eval mode, no gradients): what the grader measures for a classifier's train task."""
+                      *data: Tensor) -> float:
+    """:func:`classifier_accuracy` on ``data = (*inputs, targets)`` of the model ``build()``
+    holding the weights ``state`` (float32, eval mode, no gradients): what the grader measures
+    for a classifier's train task."""
     module = with_weights(build, torch.float32, state)
     with torch.no_grad():
-        return classifier_accuracy(module, (inputs, targets))
+        return classifier_accuracy(module, data)
 
 
 def classifier_advice(partial: str, far: str, *, untrained: tuple[float, str] | None = None
-                      ) -> Callable[[nn.Module, tuple[Tensor, Tensor], Verdict], str]:
+                      ) -> Callable[[nn.Module, tuple[Tensor, ...], Verdict], str]:
     """A train task's ``advise`` hook for a classifier (see :func:`train_task`).
 
     Args:
         partial: the hint for a result that earns part of the points (train longer, better).
         far: the hint for a result that earns nothing.
         untrained: ``(confidence, hint)``: for a result that earns nothing, ``hint`` when the
-            model's mean top probability on the held-out inputs is below ``confidence`` (it
-            hardly left its initialisation, or predicts at random), else ``far``.
+            model's mean top probability on the held-out inputs (``data = (*inputs,
+            targets)``, every position of the logits) is below ``confidence`` (it hardly left
+            its initialisation, or predicts at random), else ``far``.
     """
 
-    def advise(module: nn.Module, data: tuple[Tensor, Tensor], verdict: Verdict) -> str:
+    def advise(module: nn.Module, data: tuple[Tensor, ...], verdict: Verdict) -> str:
         if verdict.fraction:
             return partial
         if untrained is not None:
             threshold, hint = untrained
-            if module(data[0]).softmax(dim=-1).amax(dim=-1).mean().item() < threshold:
+            if module(*data[:-1]).softmax(dim=-1).amax(dim=-1).mean().item() < threshold:
                 return hint
         return far
 

@@ -11,8 +11,9 @@ function. For the newer kinds of task:
 
 - a debug task left unfixed: :func:`unfixed` (the exercise's starter code for that cell);
 - a wrong answer to a question: :func:`wrong_answer` (``def f(): return <value>``);
-- a train task that trains too little: a source whose loop takes too few steps (its held-out
-  score lands in a lower band: the test's expected entry can give its exact points).
+- a train task that trains too little: :func:`adam_training` with too few steps (its held-out
+  score lands in a lower band: the test's expected entry can give its exact points), or with
+  another slip (no ``zero_grad``, the answers not shifted).
 """
 
 from __future__ import annotations
@@ -34,6 +35,47 @@ def wrong_answer(func_name: str, value: object) -> tuple[str, str]:
     """A planted mistake: the question ``func_name`` answered ``value``."""
     return func_name, f"def {func_name}():\n    return {value!r}\n"
 
+
+def adam_training(func_name: str, args: str, model: str, lr: float, steps: int,
+                  step: tuple[str, ...], *, note: str = "far too few steps",
+                  zero_grad: bool = True) -> tuple[str, str]:
+    """A planted mistake in a train task: the notebook's Adam loop, written as a student would.
+
+    Args:
+        func_name, args: the function and its parameters (``"tokens, targets, seed"``).
+        model: the expression that builds the course model (``"MarkerModel()"``).
+        lr, steps: Adam's learning rate and the number of steps (too few, for a short training).
+        step: the lines of one step (without indentation), the last one computing ``loss``.
+        note: the comment on the loop's line ("" for none).
+        zero_grad: False leaves out ``optimizer.zero_grad()``: the gradients add up.
+    """
+    body = [f"        {line}" for line in step]
+    backward = "        loss.backward()"
+    if zero_grad:
+        body.append("        optimizer.zero_grad()")
+    else:
+        backward += "  # the gradients add up from step to step"
+    comment = f"  # {note}" if note else ""
+    source = "\n".join([
+        f"def {func_name}({args}):",
+        "    torch.manual_seed(seed)",
+        f"    model = {model}",
+        f"    optimizer = torch.optim.Adam(model.parameters(), lr={lr})",
+        f"    for step in range({steps}):{comment}",
+        *body,
+        backward,
+        "        optimizer.step()",
+        "    return model",
+        "",
+    ])
+    return func_name, source
+
+
+#: One step of chapters 3 and 4's classifiers in a student's loop: a minibatch of 64, its loss.
+MINIBATCH_OF_64 = (
+    "rows = torch.randint(0, len(targets), (64,))",
+    "loss = F.cross_entropy(model(tokens[rows]), targets[rows])",
+)
 
 # assignment -> student id -> (function, wrong implementation replacing the solution's)
 PLANTED: dict[str, dict[str, tuple[str, str]]] = {
@@ -154,20 +196,9 @@ def train_bigram(x, vocab_size, seed):
 """,
         ),
         # Trains too little: a held-out accuracy far below the target (a low band or none).
-        "cy-trains-ten-steps": (
-            "train_ab_acceptor",
-            """def train_ab_acceptor(x, y, seed):
-    torch.manual_seed(seed)
-    model = ABAcceptor()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
-    for _ in range(10):  # far too few steps
-        loss = F.cross_entropy(model(x[:64]), y[:64])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
+        "cy-trains-ten-steps": adam_training(
+            "train_ab_acceptor", "x, y, seed", "ABAcceptor()", lr=0.02, steps=10,
+            step=("loss = F.cross_entropy(model(x[:64]), y[:64])",)),
         "dee-leaves-the-bugs": unfixed("train_tbptt"),
         "eve-counts-one-bias": wrong_answer("lstm_parameter_count", 5504),
     },
@@ -201,21 +232,9 @@ def train_bigram(x, vocab_size, seed):
 """,
         ),
         # Trains too little: its held-out accuracy lands in a lower band.
-        "eve-trains-too-little": (
-            "train_marker",
-            """def train_marker(tokens, targets, seed):
-    torch.manual_seed(seed)
-    model = MarkerModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
-    for step in range(6):  # far too few steps
-        rows = torch.randint(0, len(targets), (64,))
-        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
+        "eve-trains-too-little": adam_training(
+            "train_marker", "tokens, targets, seed", "MarkerModel()", lr=0.03, steps=6,
+            step=MINIBATCH_OF_64),
         "fay-counts-the-real-positions": wrong_answer("decoder_weights_count", 11 * (8 + 21)),
     },
     "04_self_attention": {
@@ -248,35 +267,12 @@ def train_bigram(x, vocab_size, seed):
 """,
         ),
         # Trains too little: its held-out accuracy lands in a lower band.
-        "eve-trains-too-little": (
-            "train_recall",
-            """def train_recall(tokens, targets, seed):
-    torch.manual_seed(seed)
-    model = RecallModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    for step in range(20):  # far too few steps
-        rows = torch.randint(0, len(targets), (64,))
-        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
-        "fay-forgets-zero-grad": (
-            "train_recall",
-            """def train_recall(tokens, targets, seed):
-    torch.manual_seed(seed)
-    model = RecallModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    for step in range(200):
-        rows = torch.randint(0, len(targets), (64,))
-        loss = F.cross_entropy(model(tokens[rows]), targets[rows])
-        loss.backward()  # the gradients add up from step to step
-        optimizer.step()
-    return model
-""",
-        ),
+        "eve-trains-too-little": adam_training(
+            "train_recall", "tokens, targets, seed", "RecallModel()", lr=0.01, steps=20,
+            step=MINIBATCH_OF_64),
+        "fay-forgets-zero-grad": adam_training(
+            "train_recall", "tokens, targets, seed", "RecallModel()", lr=0.01, steps=200,
+            step=MINIBATCH_OF_64, note="", zero_grad=False),
         "gus-counts-every-score": wrong_answer("causal_scores_kept", 144),
     },
     "05_multihead": {
@@ -329,22 +325,13 @@ def train_bigram(x, vocab_size, seed):
 """,
         ),
         # Trains too little: its held-out accuracy lands in a lower band.
-        "eve-trains-too-little": (
-            "train_two_markers",
-            """def train_two_markers(tokens, markers, targets, seed):
-    torch.manual_seed(seed)
-    model = TwoMarkerModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
-    for step in range(25):  # far too few steps
-        rows = torch.randint(0, len(targets), (128,))
-        logits = model(tokens[rows], markers[rows])
-        loss = F.cross_entropy(logits.flatten(0, 1), targets[rows].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
+        "eve-trains-too-little": adam_training(
+            "train_two_markers", "tokens, markers, targets, seed", "TwoMarkerModel()", lr=0.03,
+            steps=25, step=(
+                "rows = torch.randint(0, len(targets), (128,))",
+                "logits = model(tokens[rows], markers[rows])",
+                "loss = F.cross_entropy(logits.flatten(0, 1), targets[rows].flatten())",
+            )),
         "fay-counts-parameters-per-head": wrong_answer("attention_parameters", 8 * 16640),
         "gus-caches-every-head": wrong_answer("kv_cache_bytes", 2 * 12 * 64 * 4),
     },
@@ -405,37 +392,19 @@ def train_bigram(x, vocab_size, seed):
 """,
         ),
         # Trains too little: its held-out accuracy lands in a lower band.
-        "gus-trains-too-little": (
-            "train_lookback",
-            """def train_lookback(tokens, seed):
-    torch.manual_seed(seed)
-    model = LookbackModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    for step in range(12):  # far too few steps
-        batch = tokens[torch.randint(0, len(tokens), (32,))]
-        logits = model(batch)[:, 3:]
-        loss = F.cross_entropy(logits.reshape(-1, 10), batch[:, :-3].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
-        "hal-predicts-the-current-token": (
-            "train_lookback",
-            """def train_lookback(tokens, seed):
-    torch.manual_seed(seed)
-    model = LookbackModel()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    for step in range(200):
-        batch = tokens[torch.randint(0, len(tokens), (32,))]
-        loss = F.cross_entropy(model(batch).reshape(-1, 10), batch.reshape(-1))  # not shifted
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-""",
-        ),
+        "gus-trains-too-little": adam_training(
+            "train_lookback", "tokens, seed", "LookbackModel()", lr=0.01, steps=12, step=(
+                "batch = tokens[torch.randint(0, len(tokens), (32,))]",
+                "logits = model(batch)[:, 3:]",
+                "loss = F.cross_entropy(logits.reshape(-1, 10), batch[:, :-3].reshape(-1))",
+            )),
+        "hal-predicts-the-current-token": adam_training(
+            "train_lookback", "tokens, seed", "LookbackModel()", lr=0.01, steps=200, note="",
+            step=(
+                "batch = tokens[torch.randint(0, len(tokens), (32,))]",
+                "loss = F.cross_entropy(model(batch).reshape(-1, 10), batch.reshape(-1))"
+                "  # not shifted",
+            )),
         "ivy-forgets-two-pi": wrong_answer("slowest_wavelength", 10000 ** (62 / 64)),
         "jo-forgets-the-last-bucket": wrong_answer("untrained_biases", 32),
     },
