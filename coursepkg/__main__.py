@@ -16,7 +16,8 @@ Subcommands:
 - ``coursepkg grade ... --shard I/N|auto``: one shard of the class (`coursepkg.grading.shards`);
   ``coursepkg merge DIR... --out DIR``: the shards' folders as one unsharded run's.
   ``coursepkg grade ... --deadline ISO --late-policy FILE [--extensions CSV] [--submitted FILE]``:
-  late columns and pooled slip days (`coursepkg.grading.late`).
+  the penalty in the feedback, results and exports, late columns in grades.csv beside the raw
+  total, pooled slip days (`coursepkg.grading.late`).
 - ``coursepkg --version``.
 
 Exit codes: 0 success; 1 the work found a problem (stale exercises, a solution notebook that
@@ -295,11 +296,13 @@ def _add_merge_parser(subparsers) -> None:
         help="combine the folders of 'coursepkg grade --shard I/N' into one graded folder",
         description=textwrap.fill((
             "Combine the output folders of shards 1..N of one grading ('coursepkg grade ... "
-            "--shard I/N --out DIR') into the grades.csv, results/, feedback/ and log.jsonl "
-            "that one unsharded run writes, byte for byte (log.jsonl: each student's last "
-            "line, sorted by student, as a run sorts its own). Refuses, with exit code 2, a "
-            "folder that is not a shard or is unfinished, missing or repeated shards, a "
-            "student in two shards, mixed assignments, grader versions or tests."
+            "--shard I/N --out DIR') into the grades.csv, results/, feedback/, manual/ (the "
+            "written answers' sheets and points.csv) and log.jsonl that one unsharded run "
+            "writes, byte for byte (log.jsonl: each student's last line, sorted by student, as "
+            "a run sorts its own). Refuses, with exit code 2, a folder that is not a shard or "
+            "is unfinished, missing or repeated shards, a student in two shards, mixed "
+            "assignments, grader versions or tests, written answers anonymised with different "
+            "keys (shards graded without one --secret) or marked in two shards."
         ), 79),
     )
     parser.add_argument("shards", metavar="DIR", nargs="+", help="the shards' --out folders")
@@ -410,7 +413,8 @@ def _add_grade_parser(subparsers) -> None:
         "--late-policy",
         metavar="FILE",
         help="a TOML or JSON late policy (penalty per day or hour, cap, grace, pooled slip days "
-        "and their ledger): late columns appended to grades.csv, the raw total kept",
+        "and their ledger): the feedback, results and exports get the score after the penalty; "
+        "grades.csv keeps the raw total and adds late columns (late_total: the final score)",
     )
     parser.add_argument(
         "--extensions",

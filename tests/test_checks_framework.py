@@ -168,8 +168,9 @@ def test_the_grader_s_files_show_partial_credit():
     feedback = reporting.feedback_md(found, submission)
     assert "- PARTIAL [0.5/2] 200 points (0.5 s): " in feedback
     assert "(partial)" in feedback
-    rows = list(csv.reader(reporting.grades_csv([(found, submission)], [task]).splitlines()))
-    assert rows[1][2:] == ["0.5", "0.5", "4", "partial"]
+    rows = list(csv.DictReader(reporting.grades_csv([(found, submission)], [task]).splitlines()))
+    assert [rows[0][k] for k in (f"{task.id} {task.func_name}", "total", "max", "status")] == [
+        "0.5", "0.5", "4", "partial"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -362,13 +362,13 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
     overall = "failed" if "failed" in untouched.values() else "not attempted"
     gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
-    assert gradebook[0].startswith(
-        "student,file," + ",".join(f"{t.id} {t.func_name}" for t in tasks) + ","
+    assert gradebook[0] == (  # API.md: the columns start student,total,max
+        "student,total,max,file," + ",".join(f"{t.id} {t.func_name}" for t in tasks) + ",status"
     )
     zeros = ",".join("0" for _ in tasks)
-    assert f"ed-untouched,ed-untouched.ipynb,{zeros},0,{total},{overall}" in gradebook
+    assert f"ed-untouched,0,{total},ed-untouched.ipynb,{zeros},{overall}" in gradebook
     full = ",".join(f"{m:g}" for m in maxima)
-    assert f"sol-full-marks,sol-full-marks.ipynb,{full},{total},{total},passed" in gradebook
+    assert f"sol-full-marks,{total},{total},sol-full-marks.ipynb,{full},passed" in gradebook
     # a capstone's scores reach Gradescope's leaderboard and the class report
     boards = [f"Task {t.id} {t.leaderboard[0]}" for t in tasks if t.leaderboard is not None]
     results = tmp_path / "out" / "results"

@@ -164,3 +164,25 @@ def test_the_demo_batch_exports_end_to_end(tmp_path_factory, tmp_path, capsys):
     assert {r[0].split("@")[0]: r[1] for r in rows[1:]} == {
         **{s: f"{g:g}" for s, g in grades.items()}, "no-show": ""}
     assert grades["sol-full-marks"] > 0 and grades["ed-untouched"] == 0
+
+
+def test_the_gradebook_is_read_by_column_name(folders):
+    """Readers go by column name, never position: the same gradebook with its columns in
+    another order reads the same (and a late policy's late_total is what is exported)."""
+    graded, roster = folders
+    before = read_graded(graded, details=False).students
+    rows = list(csv.reader(io.StringIO((graded / "grades.csv").read_text())))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([row[::-1] for row in rows])
+    (graded / "grades.csv").write_text(buf.getvalue())
+    assert read_graded(graded, details=False).students == before
+    late = [rows[0] + ["submitted_at", "deadline", "late_minutes", "slip_days",
+                       "penalty_percent", "late_total"]]
+    late += [row + ["", "2026-03-20T22:59:00Z", "0", "0", "50", "0.5"] for row in rows[1:]]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(late)
+    (graded / "grades.csv").write_text(buf.getvalue())
+    students = read_graded(graded, details=False).students
+    assert [(s.total, s.final) for s in students] == [(s.total, 0.5) for s in before]
+    text = moodle_csv(read_graded(graded, details=False), read_roster(roster), "Week 9").text
+    assert "ada@example.edu,0.5\n" in text

@@ -232,8 +232,8 @@ def test_the_gradebook_keeps_the_raw_total_beside_the_late_one(course, capsys):
     assert grade_late(course, out) == 0
     assert "late policy: 2 late submissions, 3 slip days spent" in capsys.readouterr().out
     header = (out / "grades.csv").read_text().splitlines()[0].split(",")
-    assert header[:2] == ["student", "file"] and header[-len(COLUMNS):] == list(COLUMNS)
-    assert header[-len(COLUMNS) - 3:-len(COLUMNS)] == ["total", "max", "status"]
+    assert header[:4] == ["student", "total", "max", "file"]
+    assert header[-len(COLUMNS) - 1:] == ["status", *COLUMNS]
     rows = gradebook(out)
     full = rows["ada"]["total"]
     assert float(full) > 0 and all(r["total"] == full for r in rows.values())  # raw: unchanged
@@ -253,6 +253,7 @@ def test_the_gradebook_keeps_the_raw_total_beside_the_late_one(course, capsys):
     graded = read_graded(out)  # what the report and the exports read
     assert [s.student for s in graded.students] == ["ada", "ben", "cy"]
     assert graded.students[2].total == float(full)
+    assert graded.students[2].final == pytest.approx(float(full) * 0.8)
 
     # Again: nothing runs (the cache), nothing is booked twice, the same bytes.
     before = (out / "grades.csv").read_bytes()
@@ -337,3 +338,116 @@ def test_the_readme_s_policy_is_valid(tmp_path):
     (tmp_path / "late.toml").write_text(block)
     policy = load_policy(tmp_path / "late.toml")
     assert policy.slip_days and policy.ledger == tmp_path / "slip-days.csv" and policy.timezone
+
+
+def late_copy(course, out: Path) -> Path:
+    """Chapter 1's late class graded into ``out`` (from the module's cache when it has one)."""
+    cache = course["folder"] / "graded" / "cache"
+    if cache.is_dir():
+        shutil.copytree(cache, out / "cache")
+    assert grade_late(course, out) == 0
+    return out
+
+
+def test_the_student_the_lms_and_the_report_see_the_penalty(course, tmp_path, capsys):
+    out = late_copy(course, tmp_path / "graded")
+    capsys.readouterr()
+    rows = gradebook(out)
+    full, final = rows["cy"]["total"], rows["cy"]["late_total"]
+    assert float(final) == pytest.approx(float(full) * 0.8)
+    feedback = (out / "feedback" / "cy.md").read_text()
+    line = (f"Late policy: submitted 2 days 1 h late; 1 slip day used; penalty 20%: {full} -> "
+            f"{final}.")
+    assert f"Score: {final} / {rows['cy']['max']}\n\n{line}\n" in feedback
+    assert "Late policy: submitted 1 day 2 h late; 2 slip days used; no penalty: " in (
+        out / "feedback" / "ben.md").read_text()
+    ada = (out / "feedback" / "ada.md").read_text()
+    assert "Late policy: submitted on time; no penalty: " in ada
+    result = json.loads((out / "results" / "cy.json").read_text())
+    assert result["score"] == float(final)  # what Gradescope shows
+    said = line.removeprefix("Late policy: ")
+    assert result["output"] == f"Raw score {full} / {rows['cy']['max']}; {said}"
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,email\nada,a@x.edu\nben,b@x.edu\ncy,c@x.edu\n")
+    assert main(["export", "moodle", str(out), "--roster", str(roster), "--assignment-name",
+                 "Ch1", "--out", str(tmp_path / "moodle.csv")]) == 0
+    assert f"c@x.edu,{final}\n" in (tmp_path / "moodle.csv").read_text()
+    assert main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "after late penalties" in page and "<h2>Late submissions</h2>" in page
+    assert f"<td>cy</td><td>2 days 1 h</td><td class=\"n\">1</td><td class=\"n\">20%</td>" \
+           f"<td class=\"n\">{full}</td><td class=\"n\">{final}</td>" in page
+
+
+def published_scores(out: Path) -> dict[str, tuple]:
+    """Each student's results score and output, and the feedback's score and late lines."""
+    found = {}
+    for student in ("ada", "ben", "cy"):
+        result = json.loads((out / "results" / f"{student}.json").read_text())
+        feedback = (out / "feedback" / f"{student}.md").read_text().splitlines()[:5]
+        found[student] = (result["score"], result.get("output"), feedback)
+    return found
+
+
+def test_a_regrade_keeps_the_late_columns_and_books_nothing_twice(course, tmp_path, capsys):
+    out = late_copy(course, tmp_path / "graded")
+    run = json.loads((out / "run.json").read_text())
+    assert run["late"]["deadline"] == "2026-03-20T22:59:00Z"
+    assert run["late"]["submitted"]["cy"] == "2026-03-22T23:59:00Z"
+    assert run["late"]["policy_text"] == Path(course["policy"]).read_text()
+    ledger = course["folder"] / "slips.csv"
+    before = (out / "grades.csv").read_bytes()
+    published = published_scores(out)
+    ledger_before = ledger.read_bytes()
+    assert main(["regrade", str(out), "--task", "1.2"]) == 0
+    assert (out / "grades.csv").read_bytes() == before
+    assert published_scores(out) == published  # (a timed case's seconds may move: not compared)
+    assert ledger.read_bytes() == ledger_before
+    # the policy file may change later: the regrade applies the one the folder was graded with
+    policy = Path(course["policy"])
+    text = policy.read_text()
+    try:
+        policy.write_text(text.replace("percent = 10", "percent = 30"))
+        assert main(["regrade", str(out), "--task", "1.3"]) == 0
+        assert (out / "grades.csv").read_bytes() == before
+    finally:
+        policy.write_text(text)
+
+
+def test_without_a_late_policy_every_output_is_as_before():
+    """The made-up class's outputs without a late policy are the bytes the grader wrote before
+    the penalty reached the feedback and results (tests/golden/made_up_class, from that grader;
+    grades.csv in the header order of API.md); with a late entry only the score lines move."""
+    from graded_support import CLASS, TASKS
+
+    from coursepkg.grading.reporting import feedback_md, grades_csv, gradescope_json
+    from coursepkg.grading.submission import Found
+
+    golden = ROOT / "tests" / "golden" / "made_up_class"
+    rows = []
+    for student, (tasks, _) in CLASS.items():
+        record = {"status": "graded", "problem": None, "notes": [], "tasks": tasks}
+        found = Found(Path(f"{student}.ipynb"), student)
+        rows.append((found, record))
+        assert gradescope_json(record) == (golden / f"{student}.json").read_text(), student
+        assert feedback_md(found, record) == (golden / f"{student}.md").read_text(), student
+    assert grades_csv(rows, TASKS) == (golden / "grades.csv").read_text()
+
+    entry = {"submitted_at": "2026-03-22T01:00:00Z", "deadline": "2026-03-20T23:00:00Z",
+             "late_minutes": 26 * 60, "slip_days": 1, "penalty": 10.0, "grace_minutes": 0.0}
+    late = [(found, {**record, "late": entry}) for found, record in rows]
+    lines = grades_csv(late, TASKS).splitlines()
+    assert lines[0] == (golden / "grades.csv").read_text().splitlines()[0] + "," + ",".join(
+        COLUMNS)
+    assert lines[1].endswith(",2026-03-22T01:00:00Z,2026-03-20T23:00:00Z,1560,1,10,9")  # ada
+    found, record = late[0]
+    result = json.loads(gradescope_json(record))
+    old = json.loads((golden / "ada.json").read_text())
+    assert result.pop("score") == 9 and result.pop("output") == (
+        "Raw score 10 / 10; submitted 1 day 2 h late; 1 slip day used; penalty 10%: 10 -> 9.")
+    del old["score"]
+    assert result == old
+    text = feedback_md(found, record)
+    assert text.replace("Score: 9 / 10\n\nLate policy: submitted 1 day 2 h late; 1 slip day "
+                        "used; penalty 10%: 10 -> 9.\n", "Score: 10 / 10\n") == (
+        golden / "ada.md").read_text()

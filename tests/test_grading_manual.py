@@ -228,7 +228,8 @@ def test_merged_marks_reach_totals_gradebook_feedback_results_and_exports(
     assert "2 pending (counted 0)" in printed
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
     header = (out / "grades.csv").read_text().splitlines()[0].split(",")
-    assert header[-5:] == ["1.W1 written", "1.W2 written", "total", "max", "status"]
+    assert header[:3] == ["student", "total", "max"]
+    assert header[-3:] == ["status", "1.W1 written", "1.W2 written"]
     anon = manual.anonymous_ids(manual.manual_key(out, None), list(ANSWERS))
     w2 = {r["anonymous_id"]: r["points"] for r in csv.DictReader(points.open())
           if r["question"] == "1.W2"}
@@ -260,7 +261,7 @@ def test_merged_marks_reach_totals_gradebook_feedback_results_and_exports(
     assert f",{rows['s-ana-4711']['total']}\n" in exported.replace('"', "")
     # a regrade keeps the marks
     assert main(["regrade", str(out), "--task", "1.2"]) == 0
-    assert (out / "grades.csv").read_text().splitlines()[0].split(",")[-5:] == header[-5:]
+    assert (out / "grades.csv").read_text().splitlines()[0].split(",") == header
     assert {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())} == rows
 
 
@@ -305,3 +306,74 @@ def test_marks_for_an_assignment_without_written_questions_are_refused(tmp_path,
     code, _, err = run(capsys, "grade", "05_multihead", tmp_path / "a.ipynb", "--out",
                        tmp_path / "out", "--manual", tmp_path / "points.csv")
     assert code == 2 and "05_multihead has no written questions" in err
+
+
+# ------------------------------------------------------------------------------ shards
+
+
+def shard_folders(batch: Path, tmp_path: Path, secret: Path | None) -> tuple[dict, Path]:
+    """The batch graded unsharded and as 3 shards (1: cid; 2: bob, dot; 3: ana: the identical
+    answers of ana and bob fall in two shards), the shards from the unsharded run's cache."""
+    key = ["--secret", str(secret)] if secret else []
+    whole = tmp_path / "whole"
+    assert main(["grade", "01_ngrams", str(batch), "--out", str(whole), *key]) == 0
+    shards = {}
+    for i in (1, 2, 3):
+        shards[i] = tmp_path / f"shard-{i}"
+        shutil.copytree(whole / "cache", shards[i] / "cache")
+        assert main(["grade", "01_ngrams", str(batch), "--out", str(shards[i]), "--shard",
+                     f"{i}/3", *key]) == 0
+    return shards, whole
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_merged_shards_sheets_equal_an_unsharded_run_s(batch, tmp_path, capsys):
+    from coursepkg.grading.shards import merge
+
+    secret = tmp_path / "secret"
+    write_secret(secret, TEST_SECRET)
+    shards, whole = shard_folders(batch, tmp_path, secret)
+    assert [len(json.loads((shards[i] / "shard.json").read_text())["students"])
+            for i in (1, 2, 3)] == [1, 2, 1]
+    merged = tmp_path / "merged"
+    merge([shards[3], shards[1], shards[2]], merged)
+    expected = folder_files(whole / "manual")
+    assert folder_files(merged / "manual") == expected
+    assert "(2 identical answers)" in expected["1.W1.html"].decode()  # ana's and bob's
+    assert (merged / manual.ANSWERS_FILE).read_bytes() == (whole / manual.ANSWERS_FILE).read_bytes()
+    assert (merged / "grades.csv").read_bytes() == (whole / "grades.csv").read_bytes()
+    for name in ("results", "feedback"):
+        assert folder_files(merged / name) == folder_files(whole / name)
+
+    # marks made in a shard's points.csv are carried over; a student marked in two is refused
+    rows = list(csv.reader((shards[2] / "manual" / "points.csv").open()))
+    rows[1][2:] = ["1.5", "partly"]
+    with (shards[2] / "manual" / "points.csv").open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    again = tmp_path / "again"
+    merge(list(shards.values()), again)
+    merged_rows = list(csv.reader((again / "manual" / "points.csv").open()))
+    assert [rows[1][0], rows[1][1], "1.5", "partly"] in merged_rows
+    assert len(merged_rows) == len(list(csv.reader((whole / "manual" / "points.csv").open())))
+    other = list(csv.reader((shards[3] / "manual" / "points.csv").open()))
+    other.append([rows[1][0], rows[1][1], "2", ""])
+    with (shards[3] / "manual" / "points.csv").open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(other)
+    capsys.readouterr()
+    code, _, err = run(capsys, "merge", *shards.values(), "--out", tmp_path / "third")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"both have marks for {rows[1][1]}: keep them in one shard's file" in err
+    assert not (tmp_path / "third").exists()
+
+
+def test_shards_anonymised_with_different_keys_are_refused(batch, tmp_path, capsys):
+    shards, _ = shard_folders(batch, tmp_path, None)  # no --secret: a salt per shard
+    capsys.readouterr()
+    code, _, err = run(capsys, "merge", *shards.values(), "--out", tmp_path / "merged")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "anonymised the written answers with different keys" in err
+    assert "grade every shard with the same --secret FILE" in err

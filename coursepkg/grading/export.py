@@ -1,7 +1,8 @@
 """``coursepkg export {canvas,moodle} GRADED_DIR``: the class's totals in a file the LMS imports.
 
-The grades come from the graded folder's ``grades.csv`` (the ``total`` column; its ``max`` is the
-points possible); a roster maps the grader's student ids to the LMS's identities.
+The grades come from the graded folder's ``grades.csv``, read by column name: the final score
+(``late_total`` when the folder was graded with a late policy, else ``total``; its ``max`` is
+the points possible); a roster maps the grader's student ids to the LMS's identities.
 
 Canvas, Gradebook > Import (Canvas Instructor Guide, "How do I import grades in the Gradebook?",
 https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-in-the-Gradebook/ta-p/807,
@@ -154,7 +155,7 @@ def _num(x: float) -> str:
 
 def _split(graded: Graded, roster: list[dict[str, str]]):
     """(grades by student id, roster ids without a submission, graded ids not in the roster)."""
-    grades = {row.student: row.total for row in graded.students}
+    grades = {row.student: row.final for row in graded.students}  # after a late penalty
     listed = {row["student"] for row in roster}
     missing = [row["student"] for row in roster if row["student"] not in grades]
     extra = sorted(student for student in grades if student not in listed)

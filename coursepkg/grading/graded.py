@@ -3,9 +3,10 @@ the LMS exports.
 
 Only the grader's published outputs are read, never its cache or its internals:
 
-- ``grades.csv``: the students, their points per task, total, max and overall status; once
-  the written answers' marks are merged (``--manual``), a column ``ID written`` per question
-  graded by hand (empty while pending);
+- ``grades.csv``, read by column name (:func:`coursepkg.grading.reporting.grades_header`): the
+  students, total, max, file, their points per task and overall status; once the written
+  answers' marks are merged (``--manual``), a column ``ID written`` per question graded by hand
+  (empty while pending); with a late policy, its columns (``late_total``: the final score);
 - ``results/<student>.json`` (Gradescope's schema): one test per case, with its score, its max,
   "visible" or "after_published" (hidden), and an ``output`` that starts with the grader's status
   word for the case (``"partial. ..."``, ``"timeout (3.1 s). ..."``), then its message; and, when
@@ -68,6 +69,10 @@ class StudentRow:
         leaderboard: the capstone metrics the results record (Gradescope's ``leaderboard``).
         written: question id -> the points of a written answer graded by hand (None: pending);
             empty when no marks were merged.
+        final: the score the student and the LMS get: ``late_total`` with a late policy, else
+            ``total`` (raw).
+        late: the late columns (:data:`coursepkg.grading.late.COLUMNS` -> cell), empty without
+            a late policy.
     """
 
     student: str
@@ -80,6 +85,12 @@ class StudentRow:
     cases: list[CaseRow] = field(default_factory=list)
     leaderboard: list[dict] = field(default_factory=list)
     written: dict[str, float | None] = field(default_factory=dict)
+    final: float | None = None
+    late: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.final is None:
+            self.final = self.total
 
 
 @dataclass
@@ -141,19 +152,21 @@ def read_graded(folder: Path, *, details: bool = True) -> Graded:
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise GradedError(f"cannot read {grades} ({error}): grade again to rewrite it") from None
     header = rows[0] if rows else []
-    from coursepkg.grading.late import COLUMNS as LATE  # a late policy's columns, at the end
+    from coursepkg.grading.late import COLUMNS as LATE  # a late policy's columns
 
-    if header[-len(LATE):] == list(LATE):
-        rows = [row[: len(row) - len(LATE)] if row else row for row in rows]
-        header = rows[0]
-    if header[:2] != ["student", "file"] or header[-3:] != ["total", "max", "status"]:
+    fixed = ("student", "total", "max", "file", "status")
+    if any(name not in header for name in fixed) or len(set(header)) != len(header):
         raise GradedError(
-            f"{grades} does not look like the grader's (its header must start 'student,file' and "
-            "end 'total,max,status'): give the --out folder of 'coursepkg grade'"
+            f"{grades} does not look like the grader's (its header must name student, total, "
+            "max, file and status): give the --out folder of 'coursepkg grade'"
         )
-    columns = header[2:-3]
-    written = [c[: -len(" written")] for c in columns if c.endswith(" written")]
-    tasks = [(*column.split(" ", 1), "")[:2] for column in columns[: len(columns) - len(written)]]
+    col = {name: i for i, name in enumerate(header)}
+    late = all(name in col for name in LATE)
+    others = [name for name in header if name not in fixed and name not in LATE]
+    written_cols = [name for name in others if name.endswith(" written")]
+    written = [c[: -len(" written")] for c in written_cols]
+    task_cols = [name for name in others if not name.endswith(" written")]
+    tasks = [(*column.split(" ", 1), "")[:2] for column in task_cols]
     students = []
     for number, row in enumerate(rows[1:], start=2):
         if not row:
@@ -163,18 +176,22 @@ def read_graded(folder: Path, *, details: bool = True) -> Graded:
             raise GradedError(
                 f"{where} has {len(row)} cells, not {len(header)}: grade again to rewrite it"
             )
+        total = _number(row[col["total"]], where)
         students.append(
             StudentRow(
-                student=_unsafe(row[0]),
-                file=_unsafe(row[1]),
-                points={t[0]: _number(v, where) for t, v in zip(tasks, row[2:], strict=False)},
-                total=_number(row[-3], where),
-                max=_number(row[-2], where),
-                status=row[-1],
+                student=_unsafe(row[col["student"]]),
+                file=_unsafe(row[col["file"]]),
+                points={t[0]: _number(row[col[c]], where)
+                        for t, c in zip(tasks, task_cols, strict=True)},
+                total=total,
+                max=_number(row[col["max"]], where),
+                status=row[col["status"]],
                 written={
-                    qid: None if v == "" else _number(v, where)
-                    for qid, v in zip(written, row[2 + len(tasks):-3], strict=True)
+                    qid: None if row[col[c]] == "" else _number(row[col[c]], where)
+                    for qid, c in zip(written, written_cols, strict=True)
                 },
+                final=_number(row[col["late_total"]], where) if late else total,
+                late={name: row[col[name]] for name in LATE} if late else {},
             )
         )
     graded = Graded(folder, tasks, students, written)

@@ -2,7 +2,8 @@
 
 Output folder layout (all files written atomically: a temporary file, then a rename):
 
-- ``grades.csv``: one row per submission, points per task, total, max, status;
+- ``grades.csv``: one row per submission: student, total, max, file, points per task, status
+  (then the written answers and the late columns: :func:`.reporting.grades_header`);
 - ``results/<student>.json``: the Gradescope ``results.json`` schema;
 - ``feedback/<student>.md``: what passed, what failed and why (hidden tests never show data);
 - ``log.jsonl``: one line per graded submission (file, hash, status, isolation in force);
@@ -58,7 +59,7 @@ from coursepkg.checks.core import (
 )
 from coursepkg.grading import worker
 from coursepkg.grading.judging import task_record, unreadable_task
-from coursepkg.grading.late import LateError, LateSetup, apply_to_grades
+from coursepkg.grading.late import LateError, LateSetup
 from coursepkg.grading.manual import ManualError
 from coursepkg.grading.manual import prepare as prepare_marking
 from coursepkg.grading.reporting import (
@@ -368,8 +369,10 @@ def grade(
             ``run.json`` (``coursepkg regrade`` reads them again from there by default).
         shard: grade only the students of this shard (:mod:`.shards`; ids come from every
             notebook under ``paths``) and record it in ``out/shard.json``.
-        late: a late policy (:mod:`.late`): its columns appended to ``grades.csv`` (the raw
-            total stays), the slip days spent booked in its ledger.
+        late: a late policy (:mod:`.late`): each record gets its ``"late"`` entry, so the
+            feedback, the results' score and ``grades.csv``'s late columns are after the penalty
+            (the raw total stays in ``grades.csv``); the slip days spent are booked in its
+            ledger, and ``run.json`` records the set-up (``"late"``) for ``coursepkg regrade``.
         manual: the instructor's marks of the written answers (``points.csv``, see
             :mod:`.manual`), merged into the totals, feedback and results; the written
             answers' sheets go to ``out/manual/`` whether or not it is given.
@@ -398,6 +401,9 @@ def grade(
     if shard is not None:
         found = [item for item in found if shard.owns(item.student)]
         _write_shard(out, shard, grader, found, finished=False)
+    # the late policy's decisions (lateness, slip days, penalty) need no grading: made first,
+    # attached to each record as it is published, booked in the ledger at the end
+    decisions = late.decisions(assignment, [f.student for f in found]) if late else {}
     log_start = log_path.stat().st_size if log_path.is_file() else 0
     hashes: dict[str, str] = {}
 
@@ -417,6 +423,8 @@ def grade(
         grader.cache_tasks(sub, record)
         if marking is not None:
             record = marking.show(item.student, record)
+        if late is not None:
+            record = {**record, "late": late.entry(item.student, decisions[item.student])}
         atomic_write(out / "results" / f"{item.student}.json", gradescope_json(record))
         atomic_write(out / "feedback" / f"{item.student}.md", feedback_md(item, record))
         got, most = total(record)
@@ -459,12 +467,14 @@ def grade(
     sort_log_lines(log_path, log_start)
     if marking is not None:
         marking.finish(out, rows, notes)
-    if late is not None:  # the late columns at the end of grades.csv, the slip-day ledger
-        late_notes = apply_to_grades(out / "grades.csv", late, assignment)
+    if late is not None:  # the slip days spent, booked in the ledger
+        late.book(assignment, decisions)
         if notes is not None:
-            notes.extend(late_notes)
+            notes.extend(late.notes(decisions))
     info = run_info(grader, rows, paths, hashes, secret_file=secret_file, tests_file=tests_file)
     info.update(marking.run_info() if marking is not None else {"written": [], "manual": None})
+    if late is not None:  # what coursepkg regrade needs to apply the policy again
+        info["late"] = late.run_info(decisions)
     atomic_write(out / "run.json", json.dumps(info, indent=1, sort_keys=True) + "\n")
     if shard is not None:
         _write_shard(out, shard, grader, found, finished=True)

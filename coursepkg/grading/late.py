@@ -38,15 +38,22 @@ an offset (``2026-03-29T23:59:00+02:00``, ``...Z``); a time without one is read 
 ``timezone`` (a time the clocks skip there is refused, an ambiguous one is the first of the two)
 or refused when the policy names none.
 
-Columns added at the end of ``grades.csv`` (:data:`COLUMNS`): ``submitted_at`` and ``deadline``
-(UTC), ``late_minutes``, ``slip_days``, ``penalty_percent`` and ``late_total``; the raw
-``total`` stays where it was.
+Where the penalty shows (:func:`.reporting.final_total` computes the final score, the raw
+total after the penalty, in one place): ``grades.csv`` keeps the raw ``total`` and adds
+:data:`COLUMNS` at the end: ``submitted_at`` and ``deadline`` (UTC), ``late_minutes``,
+``slip_days``, ``penalty_percent`` and ``late_total`` (the final score); the feedback and the
+Gradescope output say in one line how lateness changed the score (:func:`describe`); the
+Gradescope ``score``, the LMS exports and the class report's final scores are after the
+penalty. ``run.json`` records the set-up (:meth:`LateSetup.run_info`: the policy's text, the
+deadline, the extensions and the submission times), so ``coursepkg regrade`` applies it again
+(booking the same slip days: nothing twice).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import math
@@ -63,8 +70,8 @@ __all__ = [
     "LateError",
     "LatePolicy",
     "LateSetup",
-    "apply_to_grades",
     "decide",
+    "describe",
     "load_policy",
     "parse_time",
     "penalty_percent",
@@ -123,6 +130,12 @@ def load_policy(path: Path) -> LatePolicy:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise LateError(f"cannot read the late policy {path} ({error.strerror})") from None
+    return policy_from_text(text, path)
+
+
+def policy_from_text(text: str, path: Path) -> LatePolicy:
+    """A policy from the text of its file ``path`` (TOML unless it ends in .json)."""
+    path = Path(path)
     try:
         data = tomllib.loads(text) if path.suffix != ".json" else json.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as error:
@@ -333,6 +346,8 @@ class LateSetup:
     extensions: Mapping[str, datetime]
     times: Mapping[str, datetime]
     every_time: datetime | None = None
+    policy_file: str | None = None
+    policy_text: str = ""
 
     @classmethod
     def load(cls, deadline: str, policy: Path, *, extensions: Path | None = None,
@@ -341,27 +356,38 @@ class LateSetup:
         when = parse_time(deadline, rules.timezone)
         ext = read_extensions(extensions, rules.timezone) if extensions else {}
         found, every = read_times(times, rules.timezone) if times else ({}, None)
-        return cls(rules, when, ext, found, every)
+        text = Path(policy).read_text(encoding="utf-8")
+        return cls(rules, when, ext, found, every, str(policy), text)
 
     def submitted(self, student: str) -> datetime | None:
         return self.every_time if self.every_time is not None else self.times.get(student)
 
-    def apply(self, assignment: str, totals: Mapping[str, float]) -> dict[str, Decision]:
-        """Decide every student's penalty, and book the slip days spent in the ledger (only
-        this assignment's rows of these students are rewritten)."""
+    def decisions(self, assignment: str, students: Iterable[str]) -> dict[str, Decision]:
+        """Decide each student's lateness, slip days and penalty (its ``late_total`` is of a raw
+        total of 0: :func:`.reporting.final_total` applies ``penalty`` to the real one), given
+        the slip days the ledger books for the students' other assignments. Nothing is written
+        (:meth:`book` does)."""
+        spent = self._spent_elsewhere(assignment)
+        return {s: self._decide(s, 0.0, self.policy.slip_days - spent.get(s, 0))
+                for s in students}
+
+    def _spent_elsewhere(self, assignment: str) -> dict[str, int]:
+        spent: dict[str, int] = {}
         if self.policy.ledger is None or not self.policy.slip_days:
-            return {s: self._decide(s, t, 0) for s, t in totals.items()}
+            return spent
+        for student, other, days in read_ledger(self.policy.ledger):
+            if other != assignment:
+                spent[student] = spent.get(student, 0) + days
+        return spent
+
+    def book(self, assignment: str, decisions: Mapping[str, Decision]) -> None:
+        """Book the slip days spent in the ledger: this assignment's rows of these students are
+        replaced (so booking the same decisions again changes nothing), under a lock."""
+        if self.policy.ledger is None or not self.policy.slip_days:
+            return
         with _locked(self.policy.ledger):
             rows = read_ledger(self.policy.ledger)
-            spent_elsewhere: dict[str, int] = {}
-            for student, other, days in rows:
-                if other != assignment:
-                    spent_elsewhere[student] = spent_elsewhere.get(student, 0) + days
-            decisions = {
-                s: self._decide(s, t, self.policy.slip_days - spent_elsewhere.get(s, 0))
-                for s, t in totals.items()
-            }
-            kept = [r for r in rows if not (r[1] == assignment and r[0] in totals)]
+            kept = [r for r in rows if not (r[1] == assignment and r[0] in decisions)]
             booked = [(s, assignment, d.slip_days) for s, d in decisions.items() if d.slip_days]
             text = ledger_text(kept + booked)
             old = (self.policy.ledger.read_text(encoding="utf-8")
@@ -370,59 +396,110 @@ class LateSetup:
                 from coursepkg.grading.reporting import atomic_write
 
                 atomic_write(self.policy.ledger, text)
+
+    def apply(self, assignment: str, totals: Mapping[str, float]) -> dict[str, Decision]:
+        """Decide every student's penalty on these raw totals and book the slip days spent
+        (:meth:`decisions` then :meth:`book`, under the ledger's lock)."""
+        if self.policy.ledger is None or not self.policy.slip_days:
+            return {s: self._decide(s, t, 0) for s, t in totals.items()}
+        with _locked(self.policy.ledger):
+            spent = self._spent_elsewhere(assignment)
+            decisions = {s: self._decide(s, t, self.policy.slip_days - spent.get(s, 0))
+                         for s, t in totals.items()}
+        self.book(assignment, decisions)
         return decisions
+
+    def entry(self, student: str, decision: Decision) -> dict:
+        """What a submission's record carries (``record["late"]``): the times (UTC, ISO), the
+        minutes late, slip days, penalty percent and the policy's grace."""
+        submitted = self.submitted(student)
+        return {
+            "submitted_at": "" if submitted is None else _iso(submitted),
+            "deadline": _iso(self.extensions.get(student, self.deadline)),
+            "late_minutes": math.floor(decision.late.total_seconds() / 60),
+            "slip_days": decision.slip_days,
+            "penalty": decision.penalty,
+            "grace_minutes": self.policy.grace.total_seconds() / 60,
+        }
+
+    def notes(self, decisions: Mapping[str, Decision]) -> list[str]:
+        """What the grading's summary says of the late policy."""
+        late = [s for s, d in decisions.items() if d.late > self.policy.grace]
+        spent = sum(d.slip_days for d in decisions.values())
+        text = (f"late policy: {len(late)} late submission{'s' * (len(late) != 1)}, "
+                f"{spent} slip day{'s' * (spent != 1)} spent")
+        if self.policy.ledger is not None and self.policy.slip_days:
+            text += f" (booked in {self.policy.ledger})"
+        notes = [text]
+        missing = self.missing(decisions)
+        if missing:
+            notes.append(f"late policy: no submission time for {', '.join(missing)} (on time)")
+        return notes
+
+    def run_info(self, students: Iterable[str]) -> dict:
+        """What ``run.json`` keeps to apply the policy again (:meth:`from_run_info`): the policy
+        file's path, text and sha256, the deadline, the extensions and the submission times of
+        ``students`` (UTC)."""
+        wanted = sorted(set(students))
+        return {
+            "policy_file": str(Path(self.policy_file).resolve()) if self.policy_file else None,
+            "policy_text": self.policy_text,
+            "policy_sha256": hashlib.sha256(self.policy_text.encode("utf-8")).hexdigest(),
+            "deadline": _iso(self.deadline),
+            "extensions": {s: _iso(self.extensions[s]) for s in wanted if s in self.extensions},
+            "submitted": {s: _iso(t) for s in wanted if (t := self.submitted(s)) is not None},
+        }
+
+    @classmethod
+    def from_run_info(cls, info: Mapping) -> LateSetup:
+        """The set-up :meth:`run_info` recorded (the policy from its recorded text, its ledger
+        relative to the recorded path, as when it was graded)."""
+        try:
+            path = Path(info["policy_file"])
+            rules = policy_from_text(str(info["policy_text"]), path)
+            ext = {s: parse_time(t) for s, t in dict(info["extensions"]).items()}
+            times = {s: parse_time(t) for s, t in dict(info["submitted"]).items()}
+            deadline = parse_time(str(info["deadline"]))
+        except (KeyError, TypeError, ValueError) as error:
+            if isinstance(error, LateError):
+                raise
+            raise LateError("run.json's late set-up is damaged: grade again with --deadline "
+                            "and --late-policy") from None
+        return cls(rules, deadline, ext, times, None, str(path), str(info["policy_text"]))
 
     def _decide(self, student: str, total: float, available: int) -> Decision:
         deadline = self.extensions.get(student, self.deadline)
         return decide(total, self.submitted(student), deadline, available, self.policy)
-
-    def columns(self, student: str, decision: Decision) -> list[str]:
-        """The values of :data:`COLUMNS` for one student."""
-        submitted = self.submitted(student)
-        return [
-            "" if submitted is None else _iso(submitted),
-            _iso(self.extensions.get(student, self.deadline)),
-            f"{math.floor(decision.late.total_seconds() / 60):d}",
-            f"{decision.slip_days:d}",
-            f"{decision.penalty:g}",
-            f"{decision.late_total:g}",
-        ]
 
     def missing(self, students: Iterable[str]) -> list[str]:
         """The students without a submission time (graded as on time)."""
         return sorted(s for s in students if self.submitted(s) is None)
 
 
-def apply_to_grades(grades: Path, setup: LateSetup, assignment: str) -> list[str]:
-    """Add the late columns to a written ``grades.csv`` (the raw ``total`` column is the one
-    penalised), book the slip days, and return notes for the summary."""
-    from coursepkg.grading.reporting import atomic_write
+def duration(minutes: int) -> str:
+    """Minutes in words: "45 min", "2 h 5 min", "1 day 3 h" (days and hours only past a day)."""
+    days, rest = divmod(max(0, int(minutes)), 24 * 60)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} day{'s' * (days != 1)}" + (f" {hours} h" if hours else "")
+    if hours:
+        return f"{hours} h" + (f" {mins} min" if mins else "")
+    return f"{mins} min"
 
-    text = Path(grades).read_text(encoding="utf-8")
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    header = rows[0]
-    if header[-len(COLUMNS):] == list(COLUMNS):  # written by an earlier run: decide again
-        rows = [row[: len(row) - len(COLUMNS)] for row in rows]
-        header = rows[0]
-    column = header.index("total")
-    totals = {row[0]: float(row[column]) for row in rows[1:] if row}
-    decisions = setup.apply(assignment, totals)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header + list(COLUMNS))
-    for row in rows[1:]:
-        if row:
-            writer.writerow(row + setup.columns(row[0], decisions[row[0]]))
-    atomic_write(Path(grades), buf.getvalue())
-    notes = []
-    late = [s for s, d in decisions.items() if d.late > setup.policy.grace]
-    spent = sum(d.slip_days for d in decisions.values())
-    text = (f"late policy: {len(late)} late submission{'s' * (len(late) != 1)}, "
-            f"{spent} slip day{'s' * (spent != 1)} spent")
-    if setup.policy.ledger is not None and setup.policy.slip_days:
-        text += f" (booked in {setup.policy.ledger})"
-    notes.append(text)
-    missing = setup.missing(totals)
-    if missing:
-        notes.append(f"late policy: no submission time for {', '.join(missing)} (on time)")
-    return notes
+
+def describe(entry: Mapping) -> str:
+    """A record's late entry (:meth:`LateSetup.entry`) in words, without the scores:
+    "submitted 1 day 3 h late; 2 slip days used; penalty 10%"."""
+    if not entry["submitted_at"]:
+        return "no submission time on record, counted as on time; no penalty"
+    minutes = entry["late_minutes"]
+    if minutes <= 0:
+        return "submitted on time; no penalty"
+    if minutes <= entry.get("grace_minutes", 0) and not entry["penalty"] and not entry[
+            "slip_days"]:
+        return f"submitted {duration(minutes)} late, within the grace period; no penalty"
+    days = entry["slip_days"]
+    text = f"submitted {duration(minutes)} late"
+    if days:
+        text += f"; {days} slip day{'s' * (days != 1)} used"
+    return text + (f"; penalty {entry['penalty']:g}%" if entry["penalty"] else "; no penalty")

@@ -15,6 +15,11 @@ executed) and writes, in ``OUT/manual/``:
   order, points empty. An existing ``points.csv`` is never overwritten (it may hold marks):
   rows for answers it lacks are appended.
 
+``coursepkg merge`` merges the shards' sheets (:func:`plan_merge`) from the anonymised answers
+each grading keeps in :data:`ANSWERS_FILE`: the merged ``manual/`` is the one an unsharded
+grading writes, byte for byte, when the shards share the key (``--secret``); marks already in
+the shards' ``points.csv`` are carried over, and two shards marking one student are refused.
+
 Anonymous ids are an HMAC of the student id, keyed from the instructor's secret or, without one,
 from a random salt kept in ``OUT/manual-salt`` (made on the first grading): the same folder
 gives the same ids, and a sheet shows no student id.
@@ -45,17 +50,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursepkg.authoring import WRITTEN_PLACEHOLDER, AuthoringError, written_meta
-from coursepkg.grading.reporting import atomic_write
+from coursepkg.grading.reporting import atomic_write, html_page
 from coursepkg.grading.submission import MAX_NOTEBOOK_MB
 
 __all__ = [
     "POINTS_HEADER",
     "ManualError",
     "Marking",
+    "MergedSheets",
     "Question",
     "anonymous_ids",
     "attach",
     "manual_key",
+    "plan_merge",
     "prepare",
     "questions_for",
     "read_answers",
@@ -65,6 +72,9 @@ __all__ = [
 
 POINTS_HEADER = ["question", "anonymous_id", "points", "comment"]
 SALT_FILE = "manual-salt"
+#: The anonymised answers behind the sheets (the key's id, each question's order seed, and
+#: question -> anonymous id -> answer), kept with the cache: what :func:`merge_manual` merges.
+ANSWERS_FILE = "cache/written.json"
 
 
 class ManualError(ValueError):
@@ -159,16 +169,26 @@ def _normal(text: str) -> str:
     return " ".join(text.split())
 
 
-def _groups(key: bytes, question: Question, answers: Mapping[str, str]) -> list[list[str]]:
+def question_seed(key: bytes, question_id: str) -> str:
+    """The seed (hex) of a question's sheet order: an HMAC of its id under the ids' key (it
+    tells nothing of the key, so :data:`ANSWERS_FILE` may keep it for :func:`merge_manual`)."""
+    return hmac.new(key, question_id.encode("utf-8"), "sha256").hexdigest()[:16]
+
+
+def key_id(key: bytes) -> str:
+    """16 hex digits naming the ids' key (two folders with one key give the same ids)."""
+    return hmac.new(key, b"coursepkg written answers: key id", "sha256").hexdigest()[:16]
+
+
+def _groups(seed: str, answers: Mapping[str, str]) -> list[list[str]]:
     """Anonymous ids of the non-empty answers, identical ones (whitespace aside) grouped, the
-    groups in a random order fixed by the key and the question."""
+    groups in a random order fixed by the question's ``seed`` (:func:`question_seed`)."""
     by_text: dict[str, list[str]] = {}
     for anon, text in answers.items():
         if text:
             by_text.setdefault(_normal(text), []).append(anon)
     groups = [sorted(ids) for _, ids in sorted(by_text.items())]
-    seed = hmac.new(key, question.id.encode("utf-8"), "sha256").digest()
-    random.Random(int.from_bytes(seed[:8], "big")).shuffle(groups)
+    random.Random(int(seed, 16)).shuffle(groups)
     return groups
 
 
@@ -183,17 +203,14 @@ section { border-top: 1px solid #ddd; margin-top: 1.2rem; }
 """
 
 
-def sheet_html(question: Question, key: bytes, answers: Mapping[str, str]) -> str:
-    """The grading sheet of one question (``answers``: anonymous id -> answer text)."""
+def sheet_html(question: Question, seed: str, answers: Mapping[str, str]) -> str:
+    """The grading sheet of one question (``answers``: anonymous id -> answer text; ``seed``:
+    :func:`question_seed`), a page of :func:`.reporting.html_page`."""
     esc = html.escape
-    groups = _groups(key, question, answers)
+    groups = _groups(seed, answers)
     blank = sorted(anon for anon, text in answers.items() if not text)
     answered = sum(len(g) for g in groups)
-    lines = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>Question {esc(question.id)}: written answers</title>",
-        f"<style>{_STYLE}</style></head><body>",
+    parts = [
         f"<h1>Question {esc(question.id)} ({question.points:g} point"
         f"{'s' * (question.points != 1)})</h1>",
         f'<div class="text">{esc(question.text)}</div>',
@@ -207,20 +224,19 @@ def sheet_html(question: Question, key: bytes, answers: Mapping[str, str]) -> st
     for number, ids in enumerate(groups, start=1):
         text = answers[ids[0]]
         many = f" ({len(ids)} identical answers)" if len(ids) > 1 else ""
-        lines += [
+        parts += [
             f'<section id="group-{number}"><h3>Answer {number}{many}</h3>',
             f'<p class="ids">{esc(", ".join(ids))}</p>',
             f'<div class="text">{esc(text)}</div></section>',
         ]
     if blank:
-        lines += ['<section id="no-answer"><h3>No answer</h3>',
+        parts += ['<section id="no-answer"><h3>No answer</h3>',
                   f'<p class="ids">{esc(", ".join(blank))}</p></section>']
-    lines.append("</body></html>")
-    return "\n".join(lines) + "\n"
+    return html_page(f"Question {question.id}: written answers", _STYLE, parts)
 
 
-def _points_rows(question: Question, key: bytes, answers: Mapping[str, str]) -> list[list[str]]:
-    ordered = [anon for ids in _groups(key, question, answers) for anon in ids]
+def _points_rows(question: Question, seed: str, answers: Mapping[str, str]) -> list[list[str]]:
+    ordered = [anon for ids in _groups(seed, answers) for anon in ids]
     ordered += sorted(anon for anon, text in answers.items() if not text)
     return [[question.id, anon, "", ""] for anon in ordered]
 
@@ -233,35 +249,156 @@ def write_manual(
     anon: Mapping[str, str],
 ) -> int:
     """Write ``out/manual/``: a sheet per question and ``points.csv`` (new rows appended to an
-    existing one, never overwritten). ``answers``: student -> question id -> answer.
+    existing one, never overwritten), and :data:`ANSWERS_FILE`. ``answers``: student ->
+    question id -> answer.
 
     Returns:
         How many non-empty answers there are in all.
     """
+    data = {
+        "key": key_id(key),
+        "seeds": {q.id: question_seed(key, q.id) for q in questions},
+        "answers": {q.id: {anon[s]: answers.get(s, {}).get(q.id, "") for s in anon}
+                    for q in questions},
+    }
+    write_sheets(out, questions, data)
+    return sum(1 for by_anon in data["answers"].values() for text in by_anon.values() if text)
+
+
+def write_sheets(out: Path, questions: Sequence[Question], data: Mapping,
+                 marks: Mapping[tuple[str, str], list[str]] | None = None) -> None:
+    """Write ``out/manual/`` and ``out/``:data:`ANSWERS_FILE` from ``data`` (``"key"``: its
+    :func:`key_id`; ``"seeds"``: question id -> :func:`question_seed`; ``"answers"``: question
+    id -> anonymous id -> answer). ``marks``: (question, anonymous id) -> the points and comment
+    cells to put in a new ``points.csv`` (a merge's, :func:`merge_manual`)."""
     folder = out / "manual"
     rows: list[list[str]] = []
-    count = 0
     for question in questions:
-        by_anon = {anon[s]: answers.get(s, {}).get(question.id, "") for s in anon}
-        count += sum(1 for text in by_anon.values() if text)
-        atomic_write(folder / f"{question.id}.html", sheet_html(question, key, by_anon))
-        rows += _points_rows(question, key, by_anon)
+        by_anon = data["answers"].get(question.id, {})
+        seed = data["seeds"][question.id]
+        atomic_write(folder / f"{question.id}.html", sheet_html(question, seed, by_anon))
+        rows += _points_rows(question, seed, by_anon)
+    for row in rows:
+        row[2:] = (marks or {}).get((row[0], row[1]), row[2:])
+    canonical = {
+        "key": data["key"], "seeds": dict(sorted(data["seeds"].items())),
+        "answers": {q: dict(sorted(a.items())) for q, a in sorted(data["answers"].items())},
+    }
+    atomic_write(out / ANSWERS_FILE, json.dumps(canonical, indent=1, sort_keys=True) + "\n")
     points = folder / "points.csv"
     if points.is_file() and points.stat().st_size:
         try:
             old = list(csv.reader(points.read_text(encoding="utf-8").splitlines()))
         except (OSError, UnicodeDecodeError, csv.Error):
-            return count  # the instructor's file, unreadable: left as it is (--manual says why)
+            return  # the instructor's file, unreadable: left as it is (--manual says why)
         have = {(row[0], row[1]) for row in old[1:] if len(row) >= 2}
         rows = old + [row for row in rows if (row[0], row[1]) not in have]
         if len(rows) == len(old):
-            return count
+            return
     else:
         rows = [POINTS_HEADER, *rows]
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
     atomic_write(points, buf.getvalue())
-    return count
+
+
+@dataclass
+class MergedSheets:
+    """What :func:`plan_merge` found in the shards: written by :meth:`write`."""
+
+    questions: list[Question]
+    data: dict
+    marks: dict[tuple[str, str], list[str]]
+    salt: str | None
+
+    def write(self, out: Path) -> None:
+        write_sheets(out, self.questions, self.data, self.marks)
+        if self.salt is not None:
+            atomic_write(out / SALT_FILE, self.salt)
+            os.chmod(out / SALT_FILE, 0o600)
+
+
+def plan_merge(assignment: str, folders: Sequence[Path]) -> MergedSheets | None:
+    """The written answers' sheets of shards merged (``coursepkg merge``): the union of their
+    anonymised answers (:data:`ANSWERS_FILE`), in the order an unsharded grading gives them,
+    and the marks already in their ``manual/points.csv``; None when no shard has any.
+
+    Raises:
+        ManualError: one line naming the problem and the fix: shards anonymised with different
+            keys (no ``--secret``: each made its own salt), a shard without the answers file,
+            two shards with answers or marks for one anonymous id.
+    """
+    found: list[tuple[Path, dict]] = []
+    for folder in folders:
+        path = Path(folder) / ANSWERS_FILE
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not all(isinstance(data.get(k), dict) for k in ("seeds", "answers")):
+                raise ValueError
+        except (OSError, ValueError, AttributeError):
+            raise ManualError(f"{path} is damaged: run the shard's grade command again") from None
+        found.append((Path(folder), data))
+    if not found:
+        return None
+    if len(found) != len(folders):
+        lacking = next(f for f in folders if not (Path(f) / ANSWERS_FILE).is_file())
+        raise ManualError(
+            f"{lacking} has no {ANSWERS_FILE} (the written answers' sheets) while other shards "
+            "do: run its grade command again with this coursepkg"
+        )
+    first, base = found[0]
+    for folder, data in found[1:]:
+        if data.get("key") != base.get("key") or data["seeds"] != base["seeds"]:
+            raise ManualError(
+                f"{first} and {folder} anonymised the written answers with different keys "
+                "(graded without --secret, each shard made its own manual-salt): grade every "
+                "shard with the same --secret FILE, then merge"
+            )
+    known = {q.id: q for q in questions_for(assignment)}
+    unknown = sorted(set(base["seeds"]) - set(known))
+    if unknown:
+        raise ManualError(
+            f"the shards' written questions {', '.join(unknown)} are not {assignment}'s now: "
+            "grade the shards again"
+        )
+    answers: dict[str, dict[str, str]] = {qid: {} for qid in base["seeds"]}
+    owner: dict[str, Path] = {}
+    for folder, data in found:
+        for qid, by_anon in data["answers"].items():
+            for anon_id, text in by_anon.items():
+                if owner.setdefault(anon_id, folder) != folder:
+                    raise ManualError(
+                        f"{owner[anon_id]} and {folder} both have written answers of "
+                        f"{anon_id}: a student graded in two shards; grade the shards again"
+                    )
+                answers.setdefault(qid, {})[anon_id] = str(text)
+    marks: dict[tuple[str, str], list[str]] = {}
+    marked_in: dict[str, Path] = {}  # anonymous id -> the shard whose points.csv marks it
+    for folder, _ in found:
+        points = folder / "manual" / "points.csv"
+        try:
+            rows = list(csv.reader(points.read_text(encoding="utf-8-sig").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        for row in rows[1:]:
+            cells = (row + ["", "", "", ""])[:4]
+            if not (cells[2].strip() or cells[3].strip()):
+                continue
+            if marked_in.setdefault(cells[1], folder) != folder:
+                raise ManualError(
+                    f"{marked_in[cells[1]]}/manual/points.csv and {folder}/manual/points.csv "
+                    f"both have marks for {cells[1]}: keep them in one shard's file, then merge "
+                    "again"
+                )
+            marks[cells[0], cells[1]] = cells[2:]
+    salt = None
+    if (first / SALT_FILE).is_file():
+        salt = (first / SALT_FILE).read_text(encoding="utf-8")
+    data = {"key": base.get("key"), "seeds": base["seeds"], "answers": answers}
+    questions = [known[qid] for qid in known if qid in base["seeds"]]
+    return MergedSheets(questions, data, marks, salt)
 
 
 def read_points(

@@ -14,7 +14,11 @@ changes against the gradebook as it was before the first attempt.
 
 What the folder was graded with comes from ``run.json``: the submissions (each must still have
 the hash it was graded with), the jobs and limits, the secret's file (its digest must match:
-another secret would change the hidden cases of the task) and the extra tests file. Each
+another secret would change the hidden cases of the task), the extra tests file, the written
+answers' marks, and the late set-up (``"late"``, :meth:`.late.LateSetup.run_info`: the policy's
+text, the deadline, the extensions and the submission times), applied again so that
+``grades.csv`` keeps its late columns and the feedback and results their final scores; the
+slip days are decided as the grading decided them, so the ledger's rows stay as they are. Each
 problem is a :class:`RegradeError`, one line naming it and the fix.
 """
 
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from coursepkg.checks.core import load_extra_cases, load_secret, secret_digest, tasks_for
 from coursepkg.grading.grader import Grader, _course_solutions_dir
+from coursepkg.grading.late import LateError, LateSetup
 from coursepkg.grading.manual import ManualError, Marking, prepare
 from coursepkg.grading.reporting import (
     atomic_write,
@@ -248,12 +253,20 @@ def regrade(
                           manual, create=False)
     except ManualError as error:
         raise RegradeError(str(error)) from None
+    late = None
+    if run.get("late"):  # the late policy it was graded with, applied again (run.json)
+        try:
+            late = LateSetup.from_run_info(run["late"])
+            decisions = late.decisions(run["assignment"], [f.student for f, _ in read])
+        except LateError as error:
+            raise RegradeError(str(error)) from None
+        late = (late, decisions)
     grader = Grader(
         run["assignment"], folder, jobs=jobs or run["jobs"], limits=limits, hide=hide,
         secret=secret, extra=extra,
     )
     try:
-        return _regrade(grader, run, task_id, read, tests_path, marking, progress)
+        return _regrade(grader, run, task_id, read, tests_path, marking, progress, late)
     finally:
         grader.close()
 
@@ -266,6 +279,7 @@ def _regrade(
     tests_path: Path | None,
     marking: Marking | None,
     progress: bool,
+    late: tuple[LateSetup, dict] | None = None,
 ) -> Regraded:
     """:func:`regrade` once its inputs are checked."""
     from tqdm.auto import tqdm
@@ -314,7 +328,7 @@ def _regrade(
 
     def one(found: Found, sub: Submission) -> dict:
         if sub.problem is not None:
-            return grader.grade_submission(sub)
+            return publish(found.student, grader.grade_submission(sub))
         reuse = {t: r for t, r in old[found.student].items() if t != task_id}
         record = grader.grade_submission(sub, reuse)  # runs the task: its checks may be new
         ran.append(found.student)
@@ -324,7 +338,15 @@ def _regrade(
             atomic_write(whole, json.dumps(record, sort_keys=True) + "\n")
         else:
             whole.unlink(missing_ok=True)
-        return record if marking is None else marking.show(found.student, record)
+        return publish(found.student, record)
+
+    def publish(student: str, record: dict) -> dict:
+        """The record as grading published it: the written marks, the late entry."""
+        if marking is not None:
+            record = marking.show(student, record)
+        if late is not None:
+            record = {**record, "late": late[0].entry(student, late[1][student])}
+        return record
 
     pool = ThreadPoolExecutor(max_workers=grader.jobs)
     try:
@@ -358,6 +380,8 @@ def _regrade(
         atomic_write(folder / "feedback" / f"{found.student}.md", feedback_md(found, record))
     atomic_write(folder / "grades.csv", grades_csv(rows, grader.tasks))
     atomic_write(folder / "changes.csv", changes_csv(changes))
+    if late is not None:  # the same decisions as the grading's: the ledger's rows stay
+        late[0].book(grader.assignment, late[1])
     with open(folder / "log.jsonl", "a", encoding="utf-8") as log:
         for found, record in rows:
             got, most = total(record)

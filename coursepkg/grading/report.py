@@ -5,7 +5,9 @@ The page is read from the grader's outputs (:mod:`.graded`: ``grades.csv``, ``re
 plots are inline SVG drawn by matplotlib (text drawn as paths, so no font is needed), the style is
 one inline ``<style>`` element, and there is no script and no link to another host. What it shows:
 
-- the number of submissions, the tests they were graded on, the mean, median and range of totals;
+- the number of submissions, the tests they were graded on, the mean, median and range of totals
+  (with a late policy, of the raw and of the final totals both, and the late submissions: how
+  late, slip days, penalty, raw and final score);
 - the status counts: of the submissions (passed, partial, failed, not attempted, unreadable), and
   per task (passed, partial, failed, error, timeout, memory, crashed, forbidden, missing, not
   attempted, unreadable: the grader's words), with public and hidden pass rates per task;
@@ -176,23 +178,57 @@ def _assignment(graded: Graded) -> str:
     return found.pop() if len(found) == 1 else graded.folder.name
 
 
+def _stats(values: list[float], rows: list[StudentRow]) -> list[str]:
+    return [f"{statistics.fmean(values):.2f}", _num(statistics.median(values)),
+            _num(min(values)), _num(max(values)),
+            str(sum(v >= row.max for v, row in zip(values, rows, strict=True)))]
+
+
 def _summary(graded: Graded) -> str:
     totals = [row.total for row in graded.students]
     most = max(row.max for row in graded.students)
     tests = _tests_run(graded.folder)
+    late = any(row.late for row in graded.students)
+    head = ["mean", "median", "lowest", "highest", "full marks"]
+    if late:  # the raw totals and the final ones (after the late penalties), both
+        table = _table(["", *head], [
+            ["raw", *_stats(totals, graded.students)],
+            ["after late penalties", *_stats([row.final for row in graded.students],
+                                             graded.students)],
+        ], numeric={1, 2, 3, 4, 5})
+    else:
+        table = _table(head, [_stats(totals, graded.students)], numeric={0, 1, 2, 3, 4})
     lines = [
         f"<p>{len(totals)} submission{'s' * (len(totals) != 1)} in <code>{_esc(graded.folder)}"
         f"</code>, out of {_num(most)} points"
         + (f"; tests: {_esc(tests)}" if tests else "") + ".</p>",
-        _table(
-            ["mean", "median", "lowest", "highest", "full marks"],
-            [[f"{statistics.fmean(totals):.2f}", _num(statistics.median(totals)),
-              _num(min(totals)), _num(max(totals)),
-              str(sum(row.total >= row.max for row in graded.students))]],
-            numeric={0, 1, 2, 3, 4},
-        ),
+        table,
     ]
     return "\n".join(lines)
+
+
+def _late(graded: Graded) -> str:
+    """The late submissions (raw and final scores); "" without a late policy."""
+    from coursepkg.grading.late import duration
+
+    if not any(row.late for row in graded.students):
+        return ""
+    rows = []
+    for row in graded.students:
+        minutes = int(row.late.get("late_minutes") or 0)
+        if minutes <= 0:
+            continue
+        rows.append([_esc(row.student), _esc(duration(minutes)),
+                     _esc(row.late.get("slip_days", "")),
+                     _esc(row.late.get("penalty_percent", "")) + "%", _num(row.total),
+                     _num(row.final)])
+    parts = ["<h2>Late submissions</h2>"]
+    if not rows:
+        parts.append("<p>Every submission was on time.</p>")
+    else:
+        parts.append(_table(["student", "late by", "slip days", "penalty", "raw", "final"],
+                            rows, {2, 3, 4, 5}))
+    return "\n".join(parts)
 
 
 def _status_counts(graded: Graded) -> str:
@@ -299,6 +335,7 @@ def build_report(graded: Graded) -> str:
     body = [
         f"<h1>{_esc(title)}</h1>",
         _summary(graded),
+        _late(graded),
         "<h2>Status counts</h2>",
         _status_counts(graded),
         "<h2>Scores</h2>",

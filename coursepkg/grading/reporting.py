@@ -1,7 +1,8 @@
 """Reporting: the gradebook files and the terminal summary, from graded records.
 
-- :func:`grades_csv`: ``grades.csv``, one row per submission (points per task, total, max,
-  status), safe to open in a spreadsheet;
+- :func:`grades_csv`: ``grades.csv``, one row per submission (total, max, points per task,
+  status, written answers, late columns: :func:`grades_header`), safe to open in a spreadsheet;
+- :func:`final_total`: the score a student and the LMS see (raw points, then a late penalty);
 - :func:`gradescope_json`: a submission's Gradescope ``results.json`` (a case with partial
   credit is a "failed" test with its score: only full marks are "passed");
 - :func:`feedback_md`: a submission's ``feedback/<student>.md``: what passed, what failed and
@@ -92,6 +93,31 @@ def total(record: dict) -> tuple[float, float]:
     )
 
 
+def final_total(record: dict) -> tuple[float, float, float]:
+    """(final points, raw points, max points) of a submission: the one place the score a student
+    and the LMS see is computed. Raw: the tasks' points (and the written answers' marks when
+    merged, :func:`total`); final: raw after the late adjustment when a late policy attached
+    ``record["late"]`` (:meth:`.late.LateSetup.entry`: ``penalty`` percent off), else raw."""
+    raw, most = total(record)
+    late = record.get("late")
+    if not late:
+        return raw, raw, most
+    return round(raw * (1 - late["penalty"] / 100), 6), raw, most
+
+
+def late_line(record: dict) -> str:
+    """How lateness changed a submission's score, in one line ("" without a late policy):
+    "submitted 1 day 3 h late; 2 slip days used; penalty 10%: 27 -> 24.3"."""
+    late = record.get("late")
+    if not late:
+        return ""
+    from coursepkg.grading.late import describe
+
+    final, raw, _ = final_total(record)
+    text = describe(late)
+    return f"{text}: {_num(raw)} -> {_num(final)}" if late["penalty"] else f"{text}: {_num(raw)}"
+
+
 def overall_status(record: dict) -> str:
     """passed, partial, failed, not attempted or unreadable."""
     if record["status"] == "unreadable":
@@ -105,26 +131,51 @@ def overall_status(record: dict) -> str:
     return "partial" if got > 0 else "failed"
 
 
+def grades_header(tasks: list[Task], written: list[str], late: bool) -> list[str]:
+    """``grades.csv``'s columns, in this order (../shared/API.md: they start
+    ``student,total,max``): ``student``, ``total`` (raw: the tasks' points, plus the written
+    answers' marks once merged), ``max``, ``file``, one column per task (``ID func_name``),
+    ``status``, one column per written question once its marks are merged (``ID written``), and
+    with a late policy :data:`.late.COLUMNS` (``late_total`` is the final score). Readers go by
+    column name (:mod:`.graded`)."""
+    from coursepkg.grading.late import COLUMNS as LATE
+
+    return (
+        ["student", "total", "max", "file"] + [f"{t.id} {t.func_name}" for t in tasks]
+        + ["status"] + [f"{qid} written" for qid in written] + (list(LATE) if late else [])
+    )
+
+
 def grades_csv(rows: list[tuple[Found, dict]], tasks: list[Task]) -> str:
-    """The gradebook: one row per (submission, record), in the order given."""
+    """The gradebook: one row per (submission, record), in the order given; its columns are
+    :func:`grades_header`'s."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     # a column per written question once the marks are merged ("ID written"; empty: pending)
     written = [w["id"] for w in (rows[0][1].get("written") or [])] if rows else []
-    writer.writerow(
-        ["student", "file"] + [f"{t.id} {t.func_name}" for t in tasks]
-        + [f"{qid} written" for qid in written] + ["total", "max", "status"]
-    )
+    late = bool(rows) and any(record.get("late") for _, record in rows)
+    writer.writerow(grades_header(tasks, written, late))
     for found, record in rows:
-        got, most = total(record)
+        final, got, most = final_total(record)
+        entry = record.get("late")
         writer.writerow(
-            [spreadsheet_safe(found.student), spreadsheet_safe(found.path.name)]
+            [spreadsheet_safe(found.student), _num(got), _num(most),
+             spreadsheet_safe(found.path.name)]
             + [_num(t["points"]) for t in record["tasks"]]
+            + [overall_status(record)]
             + ["" if w["points"] is None else _num(w["points"])
                for w in record.get("written") or []]
-            + [_num(got), _num(most), overall_status(record)]
+            + (_late_cells(entry, final) if late else [])
         )
     return buf.getvalue()
+
+
+def _late_cells(entry: dict | None, final: float) -> list[str]:
+    """The values of :data:`.late.COLUMNS` for one submission."""
+    if not entry:  # (every row of a late grading has an entry)
+        return ["", "", "", "", "", _num(final)]
+    return [entry["submitted_at"], entry["deadline"], f"{entry['late_minutes']:d}",
+            f"{entry['slip_days']:d}", f"{entry['penalty']:g}", _num(final)]
 
 
 def _num(x: float) -> str:
@@ -165,13 +216,18 @@ def gradescope_json(record: dict) -> str:
                 "visibility": "visible",
             }
         )
-    got, most = total(record)
-    result = {"score": got, "max_score": most, "tests": tests}
+    final, got, most = final_total(record)
+    result = {"score": final, "max_score": most, "tests": tests}
     board = leaderboard(record)
     if board:
         result["leaderboard"] = board
+    output = []
     if record["status"] == "unreadable":
-        result["output"] = f"Your notebook could not be read: {record['problem']}."
+        output.append(f"Your notebook could not be read: {record['problem']}.")
+    if record.get("late"):  # the score is the final one; the raw one is said here
+        output.append(f"Raw score {_num(got)} / {_num(most)}; {late_line(record)}.")
+    if output:
+        result["output"] = " ".join(output)
     return json.dumps(result, indent=2, sort_keys=True) + "\n"
 
 
@@ -203,13 +259,15 @@ def _time(case: dict) -> str:
 
 def feedback_md(found: Found, record: dict) -> str:
     """A submission's feedback page (Markdown)."""
-    got, most = total(record)
+    final, _, most = final_total(record)
     lines = [
         f"# Feedback for {found.student} ({found.path.name})",
         "",
-        f"Score: {_num(got)} / {_num(most)}",
+        f"Score: {_num(final)} / {_num(most)}",
         "",
     ]
+    if record.get("late"):
+        lines += [f"Late policy: {late_line(record)}.", ""]
     if record["status"] == "unreadable":
         lines += [f"Your notebook could not be read: {record['problem']}.", ""]
     for note in record.get("notes") or []:
@@ -248,7 +306,7 @@ def summary_table(rows: list[tuple[Found, dict]], notes: list[str] | tuple[str, 
     lines = [f"{'student':<{width}}  {'score':>11}  status"]
     counts: dict[str, int] = {}
     for found, record in rows:
-        got, most = total(record)
+        got, _, most = final_total(record)  # after a late penalty
         status = overall_status(record)
         counts[status] = counts.get(status, 0) + 1
         lines.append(f"{found.student:<{width}}  {_num(got):>5} / {_num(most):<3}  {status}")

@@ -28,10 +28,14 @@ for byte: ``grades.csv`` (rows sorted by student), ``results/``, ``feedback/``, 
 A grading run sorts the lines it appends to ``log.jsonl`` by student once it finishes (see
 :func:`sort_log_lines`), so the log of one unsharded run and the merged log are the same bytes
 when the notebooks were graded afresh (or from the cache) in both: a line says whether its
-record came from the cache. ``cache/`` is merged too, so the merged folder can be graded again
+record came from the cache. The written answers' sheets (``manual/``, see
+:func:`.manual.plan_merge`) are merged into the ones an unsharded run writes (the shards must
+share the anonymous ids' key: ``--secret``), with the marks the shards' ``points.csv`` hold.
+``cache/`` is merged too, so the merged folder can be graded again
 cheaply (a new late policy or extension: nothing runs). The merge refuses, naming the problem:
 a folder that is not a shard, an unfinished shard, mixed assignments, mixed grader versions or
-tests, missing or repeated shards and students in two shards.
+tests, missing or repeated shards, students in two shards, and written answers the shards
+anonymised differently or marked twice.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from coursepkg.grading.manual import ManualError, plan_merge
 from coursepkg.grading.reporting import atomic_write
 
 __all__ = [
@@ -329,6 +334,10 @@ def merge(folders: Sequence[Path], out: Path) -> Merged:
         raise MergeError(f"--out {out} is not empty (nor an earlier merge): give a new folder")
     manifests = [read_manifest(f) for f in folders]
     _check_shards(folders, manifests)
+    try:  # the written answers' sheets, checked before anything is written
+        sheets = plan_merge(manifests[0]["assignment"], folders)
+    except ManualError as error:
+        raise MergeError(str(error)) from None
 
     header: list[str] | None = None
     rows: dict[str, list[str]] = {}
@@ -361,6 +370,8 @@ def merge(folders: Sequence[Path], out: Path) -> Merged:
                 source = folder / kind / f"{student}{suffix}"
                 atomic_write(out / kind / source.name, source.read_text(encoding="utf-8"))
         _copy_cache(folder / "cache", out / "cache")
+    if sheets is not None:
+        sheets.write(out)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -396,6 +407,12 @@ def _merge_run_info(folders: Sequence[Path], out: Path) -> None:
     merged = dict(infos[0])
     subs = [s for info in infos for s in info["submissions"] if isinstance(s, dict)]
     merged["submissions"] = sorted(subs, key=lambda s: str(s.get("student", "")))
+    lates = [info.get("late") for info in infos]
+    if all(isinstance(late, dict) for late in lates):  # each shard's students' times
+        merged["late"] = dict(lates[0])
+        for key in ("extensions", "submitted"):
+            union = {k: v for late in lates for k, v in dict(late.get(key) or {}).items()}
+            merged["late"][key] = dict(sorted(union.items()))
     atomic_write(out / "run.json", json.dumps(merged, indent=1, sort_keys=True) + "\n")
 
 
