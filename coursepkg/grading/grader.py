@@ -60,7 +60,7 @@ from coursepkg.checks.core import (
 from coursepkg.grading import worker
 from coursepkg.grading.judging import task_record, unreadable_task
 from coursepkg.grading.late import LateError, LateSetup
-from coursepkg.grading.manual import ManualError
+from coursepkg.grading.manual import ManualError, Marking
 from coursepkg.grading.manual import prepare as prepare_marking
 from coursepkg.grading.reporting import (
     atomic_write,
@@ -421,10 +421,7 @@ def grade(
             if sub.sha256:
                 atomic_write(cache_file, json.dumps(record, sort_keys=True) + "\n")
         grader.cache_tasks(sub, record)
-        if marking is not None:
-            record = marking.show(item.student, record)
-        if late is not None:
-            record = {**record, "late": late.entry(item.student, decisions[item.student])}
+        record = published(item.student, record, marking, (late, decisions) if late else None)
         atomic_write(out / "results" / f"{item.student}.json", gradescope_json(record))
         atomic_write(out / "feedback" / f"{item.student}.md", feedback_md(item, record))
         got, most = total(record)
@@ -479,6 +476,23 @@ def grade(
     if shard is not None:
         _write_shard(out, shard, grader, found, finished=True)
     return rows
+
+
+def published(
+    student: str,
+    record: dict,
+    marking: Marking | None = None,
+    late: tuple[LateSetup, dict] | None = None,
+) -> dict:
+    """A graded record as the outputs show it: with the instructor's marks of the written
+    answers (``marking``) and the late policy's entry (``late``: the set-up and its decisions by
+    student). Used by grading and by ``coursepkg regrade``."""
+    if marking is not None:
+        record = marking.show(student, record)
+    if late is not None:
+        setup, decisions = late
+        record = {**record, "late": setup.entry(student, decisions[student])}
+    return record
 
 
 def _write_shard(out: Path, shard: Shard, grader: Grader, found: list[Found], finished: bool):

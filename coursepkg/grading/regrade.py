@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coursepkg.checks.core import load_extra_cases, load_secret, secret_digest, tasks_for
-from coursepkg.grading.grader import Grader, _course_solutions_dir
+from coursepkg.grading.grader import Grader, _course_solutions_dir, published
 from coursepkg.grading.late import LateError, LateSetup
 from coursepkg.grading.manual import ManualError, Marking, prepare
 from coursepkg.grading.reporting import (
@@ -328,7 +328,7 @@ def _regrade(
 
     def one(found: Found, sub: Submission) -> dict:
         if sub.problem is not None:
-            return publish(found.student, grader.grade_submission(sub))
+            return published(found.student, grader.grade_submission(sub), marking, late)
         reuse = {t: r for t, r in old[found.student].items() if t != task_id}
         record = grader.grade_submission(sub, reuse)  # runs the task: its checks may be new
         ran.append(found.student)
@@ -338,15 +338,7 @@ def _regrade(
             atomic_write(whole, json.dumps(record, sort_keys=True) + "\n")
         else:
             whole.unlink(missing_ok=True)
-        return publish(found.student, record)
-
-    def publish(student: str, record: dict) -> dict:
-        """The record as grading published it: the written marks, the late entry."""
-        if marking is not None:
-            record = marking.show(student, record)
-        if late is not None:
-            record = {**record, "late": late[0].entry(student, late[1][student])}
-        return record
+        return published(found.student, record, marking, late)
 
     pool = ThreadPoolExecutor(max_workers=grader.jobs)
     try:
