@@ -81,16 +81,17 @@ book-variant: $(STAMP) $(WEB)
 	COURSE_SEED=$(SEED) OMP_NUM_THREADS=$(THREADS) $(BIN)/jupyter-book build . \
 	  --path-output _build/variant-seed$(SEED)-threads$(THREADS) --warningiserror --keep-going
 
-# Tests run on every core (pytest-xdist; TEST_JOBS=1 runs them in one process): whole test files
-# go to one worker (their module fixtures grade demo batches once), notebooks go whole to one
-# worker (their cells share a kernel).
+# Tests run on every core (pytest-xdist; TEST_JOBS=1 runs them in one process): a group of unit
+# tests goes whole to one worker (a file, or in the longest files a chapter: tests/conftest.py),
+# so their module fixtures grade demo batches once; notebooks go whole to one worker (their cells
+# share a kernel).
 TEST_JOBS ?= auto
 
 lint: $(STAMP)
 	$(BIN)/ruff check coursepkg tests benchmarks book
 
 unit: $(STAMP) $(WEB)
-	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile tests \
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder tests \
 	  --ignore=tests/test_built_book.py --ignore=tests/test_browser.py
 
 nbval: $(STAMP)
