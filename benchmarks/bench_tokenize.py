@@ -1,6 +1,6 @@
 """BPE training and encoding against Hugging Face ``tokenizers``; the key/value cache's speed-up.
 
-Run with ``.venv/bin/python benchmarks/bench_tokenize.py`` (about 10 minutes on 2 cores, most of
+Run with ``.venv/bin/python benchmarks/bench_tokenize.py`` (about 3 minutes on 2 cores, most of
 it generating 1,024 tokens without a cache; ``--quick`` for a smoke run). Writes
 ``benchmarks/results/tokenize.json``.
 
