@@ -120,7 +120,7 @@ grade-demo: $(STAMP)
 # benchmarks/results/ (the appendix page reads them). Run on an otherwise idle machine.
 # The grader benchmark compares with nbgrader on notebooks without exploration cells (--lean);
 # GRADER_FLAGS= compares the complete notebooks (about 5 minutes more). bench_shards.py runs
-# chapter 1's 200-submission class; its 2,000-submission run (--n 2000, about 2 hours) and
+# chapter 1's 200-submission class; its 2,000-submission run (--n 2000, about 65 minutes on 2 idle cores) and
 # chapter 7's 50 complete submissions (--assignment 07_transformer --n 50 --complete
 # --no-shards) are separate runs: see benchmarks/README.md.
 BENCH_FLAGS ?=

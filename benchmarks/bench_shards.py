@@ -2,8 +2,8 @@
 time on W workers (issues 20 and 25).
 
 Run with ``.venv/bin/python benchmarks/bench_shards.py`` (chapter 1, 200 submissions: about 15
-minutes on 2 idle cores) or ``--n 2000`` (issue 25's class: about 2 hours). Issue 20's number,
-50 complete submissions of chapter 7 graded with ``--jobs 2`` (the capstone's training
+minutes on 2 idle cores) or ``--n 2000`` (issue 25's class: about 65 minutes). Issue 20's
+number, 50 complete submissions of chapter 7 graded with ``--jobs 2`` (the capstone's training
 included), is ``--assignment 07_transformer --n 50 --complete --no-shards``.
 
 Writes ``benchmarks/results/shards[-ASSIGNMENT][-complete][-N].json``: the assignment when it is
@@ -14,7 +14,10 @@ name with ``.quick.json`` (ignored by git). Options: ``--n`` submissions (200),
 ``--assignment`` (01_ngrams), ``--complete`` (every notebook a complete submission: the
 solution), ``--no-shards`` (only the unsharded grading and the projection), ``--workers`` for
 the projection (1 2 4 8 16 32 64), ``--keep DIR`` (keep the batch and the graded folders),
-``--quick`` (a smoke run: 12 submissions, 4 with ``--complete``).
+``--resume DIR`` (go on in the folder of a run that stopped: a ``--keep`` folder, or the
+temporary ``bench-shards-*`` folder a killed run leaves behind; the steps it timed, which
+``timings.json`` there records, are not run again), ``--quick`` (a smoke run: 12 submissions,
+4 with ``--complete``).
 
 What it does:
 
@@ -44,6 +47,7 @@ second start-up): they show what sharding costs, and the projection what it buys
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
 import subprocess
@@ -130,6 +134,7 @@ def projection(n: int, startup: float, per_submission: float, merge: float,
 
 
 DEFAULT_ASSIGNMENT, DEFAULT_N = "01_ngrams", 200
+TIMINGS = "timings.json"  # the wall seconds of each step done, in the work folder
 
 
 def results_name(assignment: str, n: int, complete: bool) -> str:
@@ -156,12 +161,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64],
                         help="worker counts for the projection")
     parser.add_argument("--keep", metavar="DIR", help="keep the batch and graded folders in DIR")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="go on in the folder of a run that stopped (kept by --keep, or a "
+                             "killed run's bench-shards-* folder): its timed steps are not re-run")
     args = parser.parse_args()
     name = results_name(args.assignment, args.n, args.complete)
     if args.quick:
         args.n = 4 if args.complete else 12
     benchlib.warn_if_busy()
-    if args.keep:
+    done: dict[str, float] = {}
+    if args.resume:
+        work = Path(args.resume).resolve()
+        try:
+            done = json.loads((work / TIMINGS).read_text())
+        except (OSError, ValueError):
+            sys.exit(f"--resume {work}: no readable {TIMINGS} there (a folder of this script's)")
+        args.keep = str(work)  # what is resumed is kept
+        benchlib.log(f"resuming in {work}: already timed {', '.join(done) or 'nothing'}")
+    elif args.keep:
         work = Path(args.keep).resolve()
         if work.exists():
             sys.exit(f"--keep {work}: choose a folder that does not exist yet")
@@ -170,17 +187,29 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="bench-shards-"))
     try:
         secret = work / "secret"
-        secret.write_text(SECRET + "\n")
-        notebooks = build_batch(args.assignment, args.n, work, complete=args.complete)
-        batch = notebooks[0].parent
+        if not args.resume:
+            secret.write_text(SECRET + "\n")
+            build_batch(args.assignment, args.n, work, complete=args.complete)
+        batch = work / "batch"
+        notebooks = sorted(batch.glob("*.ipynb"))
+        if len(notebooks) != args.n:
+            sys.exit(f"{batch} has {len(notebooks)} notebooks, not --n {args.n}")
         what = "complete submissions" if args.complete else "notebooks (the demo batch's variants)"
         benchlib.log(f"batch: {args.n} {what} of {args.assignment} in {batch}")
 
-        one = run(["grade", args.assignment, str(notebooks[0]), "--out", str(work / "one"),
-                   "--jobs", "2", "--secret", str(secret)])
+        def step(name: str, args_: list[str]) -> float:
+            """Time ``coursepkg ARGS`` once (or take the time a resumed run recorded)."""
+            if name not in done:
+                shutil.rmtree(work / name, ignore_errors=True)  # a step that was cut short
+                done[name] = run([*args_, "--out", str(work / name)])
+                (work / TIMINGS).write_text(json.dumps(done, indent=1) + "\n")
+            return done[name]
+
+        one = step("one", ["grade", args.assignment, str(notebooks[0]), "--jobs", "2",
+                           "--secret", str(secret)])
         benchlib.log(f"one notebook, a new process: {one:.1f} s")
-        whole = run(["grade", args.assignment, str(batch), "--out", str(work / "unsharded"),
-                     "--jobs", "2", "--secret", str(secret)])
+        whole = step("unsharded", ["grade", args.assignment, str(batch), "--jobs", "2",
+                                   "--secret", str(secret)])
         per_submission = (whole - one) / max(1, args.n - 1)
         benchlib.log(f"unsharded, --jobs 2: {whole:.1f} s ({whole / args.n:.2f} s per submission;"
                      f" {per_submission:.3f} s after start-up)")
@@ -192,6 +221,8 @@ def main() -> None:
                              f"limit on a busy machine?): {', '.join(full[1])}")
         sharded = merge = same = None
         if not args.no_shards:
+            for i in (1, 2):
+                shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
             sharded = shards_at_once(args.assignment, batch, work, secret, 2)
             merge = run(["merge", str(work / "shard-1"), str(work / "shard-2"),
                          "--out", str(work / "merged")])
@@ -224,6 +255,7 @@ def main() -> None:
             "merge_seconds": merge,
             "merged_grades_identical": same,
             "projected": projected,
+            "resumed": bool(args.resume),
         }
         benchlib.write_results(name, results, args)
     finally:
