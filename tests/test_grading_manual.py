@@ -377,3 +377,21 @@ def test_shards_anonymised_with_different_keys_are_refused(batch, tmp_path, caps
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "anonymised the written answers with different keys" in err
     assert "grade every shard with the same --secret FILE" in err
+
+
+def test_shards_from_an_older_coursepkg_without_the_answers_file_are_refused(
+    batch, tmp_path, capsys
+):
+    # an older coursepkg wrote manual/ but not the answers the sheets came from: merging them
+    # must not drop the sheets silently
+    secret = tmp_path / "secret"
+    write_secret(secret, TEST_SECRET)
+    shards, _ = shard_folders(batch, tmp_path, secret)
+    for folder in shards.values():
+        (folder / manual.ANSWERS_FILE).unlink()
+    capsys.readouterr()
+    code, _, err = run(capsys, "merge", *shards.values(), "--out", tmp_path / "merged")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"manual/) but no {manual.ANSWERS_FILE}" in err
+    assert "graded by an older coursepkg; run its grade command again" in err
+    assert not (tmp_path / "merged").exists()

@@ -332,6 +332,11 @@ def plan_merge(assignment: str, folders: Sequence[Path]) -> MergedSheets | None:
     for folder in folders:
         path = Path(folder) / ANSWERS_FILE
         if not path.is_file():
+            if (Path(folder) / "manual").is_dir():  # sheets, but not the answers they came from
+                raise ManualError(
+                    f"{folder} has written answers' sheets (manual/) but no {ANSWERS_FILE}: it "
+                    "was graded by an older coursepkg; run its grade command again, then merge"
+                )
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
