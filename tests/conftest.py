@@ -1,10 +1,15 @@
 """Shared pytest set-up, and how `make unit` spreads the tests over the cores."""
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 import torch
 from _pytest.nodeid import NodeId
 
 from coursepkg.course import CHAPTERS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -17,6 +22,42 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@dataclass
+class DemoGrading:
+    """A chapter's demo batch (``make grade-demo``'s notebooks) graded with the tests' secret."""
+
+    subs: Path
+    out: Path
+    rows: list
+
+
+@pytest.fixture(scope="session")
+def demo_gradings(tmp_path_factory):
+    """``graded(assignment)``: the chapter's demo batch graded once per process (with
+    ``--jobs 2``, the tests' secret and a 20 s case limit). test_grading_demo checks the
+    grading; test_grading_shards seeds its shards' caches from it, so that a chapter's batch
+    (chapter 7 trains a Transformer per complete submission) is graded once. Both files' tests
+    of a chapter are one xdist group (below), so they share it."""
+    from checks_support import TEST_SECRET
+
+    from coursepkg.grading.demo import write_demo
+    from coursepkg.grading.grader import grade
+    from coursepkg.grading.sandbox import Limits
+
+    made: dict[str, DemoGrading] = {}
+
+    def graded(assignment: str) -> DemoGrading:
+        if assignment not in made:
+            root = tmp_path_factory.mktemp(f"demo-{assignment}")
+            write_demo(assignment, ROOT, root / "subs")
+            rows = grade(assignment, [root / "subs"], root / "out", jobs=2,
+                         limits=Limits(timeout=20), progress=False, secret=TEST_SECRET)
+            made[assignment] = DemoGrading(root / "subs", root / "out", rows)
+        return made[assignment]
+
+    return graded
+
+
 # `make unit` runs pytest-xdist with `--dist loadgroup --no-loadscope-reorder`: each group of
 # tests runs whole on one worker, so a module fixture its tests share is built once, and groups
 # are handed out in the order of the collection. A group is a test file, except in the files
@@ -25,7 +66,8 @@ def one_thread():
 # uses, and a test that shares neither is a group of its own, so that no worker ends the run
 # alone with a whole file. These files go first, longest first, and in them the later chapters
 # (chapter 7 trains a Transformer per submission: 2.5 minutes of demo batch), so that the long
-# groups start while there is other work to balance them.
+# groups start while there is other work to balance them. The demo and shard files' tests of a
+# chapter are one group: they share its graded demo batch (demo_gradings).
 SPLIT = {
     "test_grading_demo.py": None,
     "test_grading_shards.py": "01_ngrams",  # its tests without a chapter use chapter 1's batch
@@ -34,6 +76,7 @@ SPLIT = {
     "test_grading_sandbox.py": None,
 }
 LONG_FIRST = [*SPLIT]
+JOINED = {"test_grading_demo.py", "test_grading_shards.py"}  # one group per chapter for both
 
 
 def chapter_of(item: pytest.Item) -> str | None:
@@ -52,6 +95,8 @@ def group_of(item: pytest.Item) -> str:
                      for d in item._fixtureinfo.name2fixturedefs.get(name, ()))]
     if chapter is None and not shared:
         return item.nodeid  # shares nothing: a group of its own
+    if file in JOINED:  # the chapter's demo grading is what they share
+        return "::".join(["demo-and-shards", chapter or SPLIT[file] or "-"])
     return "::".join([file, chapter or SPLIT[file] or "-", *sorted(shared)])
 
 

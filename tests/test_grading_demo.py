@@ -338,16 +338,17 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("assignment", list(EXPECTED))
-def test_demo_batch_grades_end_to_end(assignment, tmp_path):
+def test_demo_batch_grades_end_to_end(assignment, demo_gradings):
     """`make grade-demo`: the solution gets full marks, the untouched exercise zero with "not
     attempted" (a debug task's untouched starter code: "failed"), each planted mistake loses
     points exactly where expected (exactly the points its entry gives, when it gives them),
     with feedback that names the mistake; the gradebook has one column per task."""
     expected = EXPECTED[assignment]
     assert set(expected) == set(PLANTED[assignment])
-    write_demo(assignment, ROOT, tmp_path / "subs")
-    rows = grade(assignment, [tmp_path / "subs"], tmp_path / "out", jobs=2,
-                 limits=Limits(timeout=20), progress=False, secret=TEST_SECRET)
+    demo = demo_gradings(assignment)  # graded here (conftest.py), shared with the shard tests
+    rows, out = demo.rows, demo.out
+    assert not any(json.loads(line)["cached"]
+                   for line in (out / "log.jsonl").read_text().splitlines())
     records = {found.student: record for found, record in rows}
     assert set(records) == {"sol-full-marks", "ed-untouched", *expected}
     tasks = tasks_for(assignment)
@@ -361,7 +362,7 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     assert {t["func_name"]: t["status"] for t in records["ed-untouched"]["tasks"]} == untouched
     assert sum(t["points"] for t in records["ed-untouched"]["tasks"]) == 0
     overall = "failed" if "failed" in untouched.values() else "not attempted"
-    gradebook = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    gradebook = (out / "grades.csv").read_text().splitlines()
     assert gradebook[0] == (  # API.md: the columns start student,total,max
         "student,total,max,file," + ",".join(f"{t.id} {t.func_name}" for t in tasks) + ",status"
     )
@@ -371,12 +372,12 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
     assert f"sol-full-marks,{total},{total},sol-full-marks.ipynb,{full},passed" in gradebook
     # a capstone's scores reach Gradescope's leaderboard and the class report
     boards = [f"Task {t.id} {t.leaderboard[0]}" for t in tasks if t.leaderboard is not None]
-    results = tmp_path / "out" / "results"
+    results = out / "results"
     solved = json.loads((results / "sol-full-marks.json").read_text())
     assert [entry["name"] for entry in solved.get("leaderboard", [])] == boards
     assert "leaderboard" not in json.loads((results / "ed-untouched.json").read_text())
     if boards:
-        page = build_report(read_graded(tmp_path / "out"))
+        page = build_report(read_graded(out))
         assert "<h2>Leaderboard</h2>" in page and "sol-full-marks" in page.split("Leaderboard")[1]
     for student, (costs, words, *scores) in expected.items():
         points = scores[0] if scores else {}  # func_name -> the points it must get exactly
@@ -388,7 +389,7 @@ def test_demo_batch_grades_end_to_end(assignment, tmp_path):
                     assert task["points"] == points[task["func_name"]], (student, task)
             else:
                 assert task["status"] == "passed", (student, task["func_name"])
-        feedback = (tmp_path / "out" / "feedback" / f"{student}.md").read_text()
+        feedback = (out / "feedback" / f"{student}.md").read_text()
         for word in words:
             assert word in feedback, (student, word)
 

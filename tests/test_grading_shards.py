@@ -3,9 +3,11 @@ merge`), and the cluster recipes that run them (coursepkg/grading/recipes/).
 
 Every chapter's demo batch is graded as two shards, each a separate `coursepkg grade` process
 (one started as a Kubernetes Indexed Job's pod would be, one as a Slurm array task), and merged.
-The unsharded run it is compared with grades the same class from the records the shards cached:
-a fresh grading would give the same points but other times in the feedback of train tasks
-("(0.8 s)"), so two fresh runs are never byte-identical, sharded or not.
+The shards and the unsharded run they are compared with take the records from the cache of the
+demo batch's grading (tests/conftest.py's demo_gradings, checked by test_grading_demo.py): a
+fresh grading would give the same points but other times in the feedback of train tasks
+("(0.8 s)"), so two fresh runs are never byte-identical, sharded or not. The shard killed mid-run
+grades for real (chapter 1's whole batch, from an empty folder).
 """
 
 import csv
@@ -70,40 +72,27 @@ def without_cached(log: bytes) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
+def work(tmp_path_factory, demo_gradings):
     folder = tmp_path_factory.mktemp("shards")
     (folder / "secret").write_text(TEST_SECRET.hex() + "\n")
-    return {"folder": folder, "graded": {}}
-
-
-def a_small_class(subs: Path, per_shard: int = 2) -> None:
-    """Keep the solution, the untouched exercise and the first planted mistakes until each of
-    the two shards has ``per_shard`` students: merging is the same code for every chapter, and a
-    whole demo batch of a chapter that trains (7.5 trains a Transformer per submission) would
-    grade for minutes (tests/test_grading_demo.py grades the whole batches)."""
-    notebooks = sorted(subs.glob("*.ipynb"), key=lambda p: (
-        p.stem not in ("sol-full-marks", "ed-untouched"), p.stem))
-    kept = {1: 0, 2: 0}
-    for notebook in notebooks:
-        shard = shard_of(notebook.stem, 2)
-        if kept[shard] < per_shard or notebook.stem in ("sol-full-marks", "ed-untouched"):
-            kept[shard] += 1
-        else:
-            notebook.unlink()
+    return {"folder": folder, "graded": {}, "demo": demo_gradings}
 
 
 def sharded(work: dict, assignment: str) -> dict:
-    """The chapter's demo batch (a small class of it after chapter 1) graded as two shards
-    (separate processes, at the same time, with --shard auto) and unsharded (from the records
-    the shards cached); made once."""
+    """The chapter's whole demo batch graded as two shards (separate processes, at the same
+    time, with --shard auto) and unsharded, from the demo grading's cache; made once."""
     if assignment in work["graded"]:
         return work["graded"][assignment]
     root = work["folder"] / assignment
     subs, secret = root / "subs", work["folder"] / "secret"
     write_demo(assignment, ROOT, subs)
-    if assignment != "01_ngrams":  # chapter 1's whole batch: the kill-and-resume test needs it
-        a_small_class(subs)
     shards = {i: root / f"shard-{i}" for i in (1, 2)}
+    # The demo batch's records, graded once by test_grading_demo's fixture (the same notebooks,
+    # secret and grader): each shard process partitions, caches and writes as it would after
+    # grading, without training chapter 7's capstone again.
+    demo = work["demo"](assignment)
+    for folder in shards.values():
+        shutil.copytree(demo.out / "cache", folder / "cache")
     runs = [subprocess.Popen(grade_command(assignment, subs, shards[i], secret, "auto"),
                              env=scheduler_env(AUTO[i]), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT) for i in (1, 2)]
@@ -115,10 +104,11 @@ def sharded(work: dict, assignment: str) -> dict:
         shutil.copytree(folder / "cache", unsharded / "cache", dirs_exist_ok=True)
     rows = grade(assignment, [subs], unsharded, jobs=2, limits=Limits(timeout=20),
                  progress=False, secret=TEST_SECRET)
-    log = [json.loads(line) for line in (unsharded / "log.jsonl").read_text().splitlines()]
-    assert all(line["cached"] for line in log), (
-        "the shards' processes graded other cases than this one (was the package edited "
-        "while the test ran?)")
+    for folder in (*shards.values(), unsharded):
+        log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+        assert all(line["cached"] for line in log), (
+            f"{folder.name} graded other cases than the demo grading (was the package edited "
+            "while the test ran?)")
     work["graded"][assignment] = {"assignment": assignment, "root": root, "subs": subs,
                                   "secret": secret, "shards": shards, "unsharded": unsharded,
                                   "students": [found.student for found, _ in rows]}
@@ -145,7 +135,7 @@ def test_merged_shards_are_byte_identical_to_an_unsharded_run(assignment, work):
     for name in expected:
         if name != "log.jsonl":
             assert got[name] == expected[name], name
-    # the shards graded afresh, the unsharded run took the same records from the cache
+    # the shards and the unsharded run took the same records from the cache
     assert without_cached(got["log.jsonl"]) == without_cached(expected["log.jsonl"])
 
     # Run each shard again (nothing runs: the cache) and merge: now the logs agree too.
@@ -172,7 +162,11 @@ def test_a_shard_killed_mid_run_and_run_again_changes_nothing_else(work):
     graded = sharded(work, "01_ngrams")
     out, other = graded["root"] / "killed-1", graded["shards"][2]
     command = grade_command("01_ngrams", graded["subs"], out, graded["secret"], "1/2")
-    run = subprocess.Popen(command, env=scheduler_env({}), stdout=subprocess.DEVNULL,
+    # a grader killed with SIGKILL cannot remove its temporary folder: keep it out of /tmp
+    scratch = graded["root"] / "killed-tmp"
+    scratch.mkdir()
+    env = scheduler_env({"TMPDIR": str(scratch)})
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and len(list((out / "results").glob("*.json"))) < 2:
@@ -187,7 +181,9 @@ def test_a_shard_killed_mid_run_and_run_again_changes_nothing_else(work):
         merge([out, other], graded["root"] / "merged-too-early")
     other_before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
 
-    subprocess.run(command, env=scheduler_env({}), check=True, capture_output=True, cwd=ROOT)
+    left = sorted(scratch.iterdir())
+    subprocess.run(command, env=env, check=True, capture_output=True, cwd=ROOT)
+    assert sorted(scratch.iterdir()) == left  # the run to the end removes its own folder
     assert json.loads((out / "shard.json").read_text())["finished"]
     for name, data in done.items():  # graded before the kill: served from the cache, unchanged
         assert (out / "results" / name).read_bytes() == data, name
