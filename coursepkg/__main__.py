@@ -30,8 +30,11 @@ To add a subcommand, write ``_add_<name>_parser(subparsers)`` that sets ``func``
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 PROG = "coursepkg"
@@ -796,6 +799,38 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     try:
+        with _terminate_as_interrupt():
+            return _main(parser, argv)
+    except _Terminated:
+        message = "terminated (SIGTERM); finished work is kept (run the same command to go on)"
+        print(f"{PROG}: {message}", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, as a scheduler sends it (Kubernetes, Slurm) before killing the process."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM unwinds it like Ctrl-C: the grader kills its children and
+    removes its temporary folder, where the default action would end the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):  # noqa: ANN001, ARG001 - a signal handler's signature
+        raise _Terminated
+
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    try:
         args, unknown = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help(sys.stderr)
@@ -810,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0
+    except _Terminated:
+        raise
     except KeyboardInterrupt:
         message = "interrupted; finished work is kept (run the same command to go on)"
         print(f"{PROG}: {message}", file=sys.stderr)
