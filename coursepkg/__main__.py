@@ -798,13 +798,29 @@ def main(argv: list[str] | None = None) -> int:
         The exit code: 0 success, 1 a problem found, 2 a usage or authoring mistake.
     """
     parser = build_parser()
-    try:
-        with _terminate_as_interrupt():
-            return _main(parser, argv)
-    except _Terminated:
-        message = "terminated (SIGTERM); finished work is kept (run the same command to go on)"
-        print(f"{PROG}: {message}", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    with _terminate_as_interrupt():
+        try:
+            args, unknown = parser.parse_known_args(argv)
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return 2
+            if unknown:
+                raise UsageError(
+                    f"unrecognized arguments: {' '.join(unknown)} "
+                    f"(see '{PROG} {args.command} --help')"
+                )
+            return args.func(args)
+        except UsageError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return 2
+        except SystemExit as exit_:  # --help and --version
+            return exit_.code if isinstance(exit_.code, int) else 0
+        except KeyboardInterrupt as stop:
+            how, code = ("terminated (SIGTERM)", 128 + signal.SIGTERM) if isinstance(
+                stop, _Terminated) else ("interrupted", 130)
+            print(f"{PROG}: {how}; finished work is kept (run the same command to go on)",
+                  file=sys.stderr)
+            return code
 
 
 class _Terminated(KeyboardInterrupt):
@@ -827,30 +843,6 @@ def _terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
-
-
-def _main(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    try:
-        args, unknown = parser.parse_known_args(argv)
-        if args.command is None:
-            parser.print_help(sys.stderr)
-            return 2
-        if unknown:
-            raise UsageError(
-                f"unrecognized arguments: {' '.join(unknown)} (see '{PROG} {args.command} --help')"
-            )
-        return args.func(args)
-    except UsageError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    except SystemExit as exit_:  # --help and --version
-        return exit_.code if isinstance(exit_.code, int) else 0
-    except _Terminated:
-        raise
-    except KeyboardInterrupt:
-        message = "interrupted; finished work is kept (run the same command to go on)"
-        print(f"{PROG}: {message}", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":
