@@ -5,6 +5,7 @@ One batch is graded once (module fixture) with short limits; each test reads its
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -382,6 +383,33 @@ def test_sigterm_stops_a_run_cleanly_and_it_resumes(tmp_path):
     column = next(name for name in rows[0] if name.endswith(" count_ngrams"))
     assert rows[0][column] == "0" and len({row[column] for row in rows[1:]}) == 1
     assert float(rows[1][column]) > 0  # every good count_ngrams has its points
+
+
+def test_a_long_tmpdir_does_not_stop_the_fork_server(tmp_path):
+    """multiprocessing puts the fork server's socket under TMPDIR; with a TMPDIR whose socket
+    path is over AF_UNIX's 107 bytes the grader used to end in a traceback ("AF_UNIX path too
+    long"). It now puts its sockets in a short folder and grades as usual, and the TMPDIR stays
+    as the user set it for everything else (the children's limits, their own files)."""
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("a-long-temporary-folder-" * 4)
+    deep.mkdir()
+    assert len(str(deep)) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") > 107
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(notebook(GOOD_COUNT), subs / "good.ipynb")
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "coursepkg", "grade", "01_ngrams", str(subs), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(deep)},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    column = next(name for name in rows[0] if name.endswith(" count_ngrams"))
+    assert float(rows[0][column]) > 0
+    assert list(deep.iterdir()) == []  # the grader's own temporary folder is removed
 
 
 def test_gradescope_mode_writes_results_json(tmp_path, capsys):

@@ -72,7 +72,7 @@ from coursepkg.grading.reporting import (
     summary_table,
     total,
 )
-from coursepkg.grading.sandbox import Limits, can_isolate, run_cases
+from coursepkg.grading.sandbox import Limits, can_isolate, process_folder, run_cases
 from coursepkg.grading.shards import Shard, sort_log_lines, write_manifest
 from coursepkg.grading.submission import Found, Submission, find_submissions, read_submission
 
@@ -124,6 +124,7 @@ class Grader:
         secret: bytes | None = None,
         extra: Mapping[str, Sequence[Case]] | None = None,
     ) -> None:
+        process_folder()  # before any torch work: its compiler cache goes there
         self.assignment = assignment
         self.tasks = tasks_for(assignment)
         if not self.tasks:

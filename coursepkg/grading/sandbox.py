@@ -25,8 +25,10 @@ import contextlib
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -92,12 +94,45 @@ class RawOutcome:
 
 
 _context = None
+# AF_UNIX socket paths have at most 107 bytes; multiprocessing puts the fork server's socket at
+# TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX (32 bytes after TMPDIR).
+_SOCKET_PATH_MAX = 107
+_SOCKET_NAME_LEN = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def process_folder() -> str:
+    """This process's own temporary folder, removed when it exits: multiprocessing's ``pymp-*``.
+
+    The fork server's socket lives there, and AF_UNIX socket paths have at most 107 bytes: with
+    a long ``TMPDIR`` (a CI job's or pytest's folders) the server could not start ("AF_UNIX
+    path too long"). When the folder's path would be too long, it is made in the first of /tmp,
+    /var/tmp and /dev/shm that is writable instead (and removed at exit all the same).
+
+    torch's compiler cache (``TORCHINDUCTOR_CACHE_DIR``, which the first optimiser step of the
+    grader and of its fork server creates, by default ``TMPDIR/torchinductor_<user>``) goes there
+    too, unless the user chose one: a grading leaves no folder behind.
+    """
+    from multiprocessing import process, util
+
+    config = process.current_process()._config
+    if config.get("tempdir") is None:
+        base = tempfile.gettempdir()
+        if len(os.fsencode(base)) + _SOCKET_NAME_LEN >= _SOCKET_PATH_MAX - 1:
+            short = ("/tmp", "/var/tmp", "/dev/shm")
+            base = next((b for b in short if os.access(b, os.W_OK | os.X_OK)), base)
+        folder = tempfile.mkdtemp(prefix="pymp-", dir=base)
+        util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+        config["tempdir"] = folder
+    folder = util.get_temp_dir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(folder, "torchinductor"))
+    return folder
 
 
 def _get_context(entry_module: str):
     """The forkserver context, started once per grader process with the heavy imports done."""
     global _context
     if _context is None:
+        process_folder()
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(
             [*_PRELOAD, entry_module, "coursepkg.grading.warm", "coursepkg.grading.frozen"]
