@@ -424,7 +424,16 @@ def check_uncached(out: Path, n: int) -> None:
 
 
 def course_warm(batch: Path, work: Path, jobs: int) -> dict:
-    """Warm-forkserver timings in this process, and the students' own code run in-process."""
+    """Warm-forkserver timings in this process, and the grader's overhead per submission.
+
+    The overhead is measured submission by submission, alternating, so that both halves see the
+    machine in the same state (on these virtual machines the same loop of Python code takes
+    from 1.1 to 1.4 s from one minute to the next, which whole-batch phases minutes apart turn
+    into hundreds of milliseconds of false overhead): for each notebook, the grader's work on it
+    (:meth:`Grader.grade_submission`: its children, their isolation and tripwire, the judging),
+    then the same notebook's own code run in this process (exec of the kept definitions, then
+    ``run_task(..., tripwire=False)`` for every task: building the arguments, calling, judging).
+    """
     from coursepkg.checks import run_task, tasks_for
     from coursepkg.grading import grader
     from coursepkg.grading.submission import read_submission
@@ -450,16 +459,23 @@ def course_warm(batch: Path, work: Path, jobs: int) -> dict:
     from coursepkg.checks.core import warm_training
 
     tasks = tasks_for(ASSIGNMENT)
-    load_s = run_s = 0.0
+    graded_s = load_s = run_s = 0.0
     by_task = dict.fromkeys((t.id for t in tasks), 0.0)
+    one = grader.Grader(ASSIGNMENT, work / "out-alternating", jobs=1, secret=BENCH_SECRET,
+                        hide=[batch])
     # As in the grader's children: torch on one thread, the first optimiser step already paid.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     warm_training()
     try:
-        exec(compile(read_submission(files[0], "w").code, "warmup", "exec"), {})  # noqa: S102
+        warm = read_submission(files[0], "w")
+        one.grade_submission(warm)
+        exec(compile(warm.code, "warmup", "exec"), {})  # noqa: S102
         for path in files:
             sub = read_submission(path, path.stem)
+            start = time.perf_counter()
+            one.grade_submission(sub)
+            graded_s += time.perf_counter() - start
             start = time.perf_counter()
             namespace: dict = {"__name__": "__submission__"}
             exec(compile(sub.code, str(path), "exec"), namespace)  # noqa: S102 - our own batch
@@ -473,6 +489,8 @@ def course_warm(batch: Path, work: Path, jobs: int) -> dict:
             run_s += time.perf_counter() - middle
     finally:
         torch.set_num_threads(threads)
+        one.close()
+    times["graded_one_by_one"] = graded_s
     times["student_load"], times["student_run"] = load_s, run_s
     times["student_run_by_task"] = by_task
     return times
@@ -695,11 +713,16 @@ def main() -> None:
         slowest = sorted(warm["student_run_by_task"].items(), key=lambda kv: -kv[1])[:3]
         log("  of which the slowest tasks: " + ", ".join(
             f"{task_id} {seconds / n * 1000:.0f} ms/notebook" for task_id, seconds in slowest))
-        over = (j1 - code) / n
+        graded = warm["graded_one_by_one"]
+        row("grading one by one (children, judging)", graded)
+        over = (graded - code) / n
         log(
-            f"  grader overhead per submission (warm --jobs 1 minus own code): "
+            f"  grader overhead per submission (its grading minus its own code, alternating): "
             f"{over * 1000:.0f} ms ({over / len(tasks) * 1000:.0f} ms per task)"
         )
+        files_ms = (j1 - graded) / n * 1000
+        log(f"  reading the notebook and writing its files (warm --jobs 1 minus the above): "
+            f"{files_ms:.0f} ms per submission")
         log(
             f"  start-up (cold - warm at --jobs {args.jobs}): {cold - wj:.1f} s; "
             f"first notebook incl. forkserver start: {warm['start_and_one']:.1f} s"
@@ -730,6 +753,8 @@ def main() -> None:
             "coursepkg_warm_s": wj,
             "coursepkg_warm_j1_s": j1,
             "student_code_s": code,
+            "graded_one_by_one_s": graded,
+            "files_per_submission_s": files_ms / 1000,
             "student_run_by_task_s": warm["student_run_by_task"],
             "overhead_per_submission_s": over,
             "overhead_per_task_s": over / len(tasks),

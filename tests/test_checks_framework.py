@@ -233,11 +233,12 @@ def test_the_grader_sends_no_held_back_args_and_gives_a_train_task_its_clock(mon
                                                                               tmp_path):
     sent = []
 
-    def fake_run_cases(entry, request, limits, workdir, hide, uid):
-        sent.append((request, limits))
-        return RawOutcome(loaded=True)
+    def fake_run_tasks(entry, code, runs, workdir, hide, uid):
+        sent.extend(({"task": r.task, "module": r.module, "cases": r.cases}, r.limits)
+                    for r in runs)
+        return [RawOutcome(loaded=True) for _ in runs]
 
-    monkeypatch.setattr(grader_module, "run_cases", fake_run_cases)
+    monkeypatch.setattr(grader_module, "run_tasks", fake_run_tasks)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("def train_classifier(x, y, seed):\n    return 1\n")]
     nbformat.write(nb, tmp_path / "ada.ipynb")
@@ -351,9 +352,9 @@ def test_a_task_s_private_files_are_hidden_from_its_children_and_its_data_warmed
     importlib.reload(warm)  # what the fork server runs once, after importing the checks
     assert warmed == [True]
     sent = []
-    monkeypatch.setattr(grader_module, "run_cases",
-                        lambda entry, request, limits, workdir, hide, uid: sent.append(
-                            (request["task"], hide)) or RawOutcome(loaded=True))
+    monkeypatch.setattr(grader_module, "run_tasks",
+                        lambda entry, code, runs, workdir, hide, uid: sent.extend(
+                            (r.task, hide) for r in runs) or [RawOutcome(loaded=True)] * len(runs))
     monkeypatch.setattr(grader_module, "can_isolate", lambda: False)
     notes: list[str] = []
     _notebook(tmp_path / "ada.ipynb", "def normalise_rows_private(x):\n    return x\n")

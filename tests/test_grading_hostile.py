@@ -28,6 +28,7 @@ from checks_support import TEST_SECRET
 
 from coursepkg.checks import get_task, tasks_for
 from coursepkg.checks.core import load_extra_cases, write_secret
+from coursepkg.checks.forbidden import forbidden_message
 from coursepkg.grading.grader import grade
 from coursepkg.grading.isolation import TEMP_DIRS
 from coursepkg.grading.sandbox import Limits, can_isolate, task_seconds
@@ -117,7 +118,7 @@ def count_ngrams(sentences, n):
     while frame is not None:
         started.append({{k: v for k, v in frame.f_locals.items() if k != "__builtins__"}})
         frame = frame.f_back
-    if _is_secret(json.dumps(started, default=lambda o: type(o).__name__)):
+    if _is_secret(repr(started)):
         found.append("what the child was started with")
     if found:
         raise RuntimeError("found the secret in " + ", ".join(sorted(set(found))))
@@ -278,6 +279,66 @@ CASES = {"1.1": [Case("the instructor's own: a four-word sentence", 2,
 '''
 
 
+# 3: ways to switch the tripwire off, or to blind it, before calling the course's reference;
+# each with the name its message gives. The notebook's code runs in the child, so each is tried
+# where the tripwire lives (its class, the checker's functions, the profile hook itself).
+_REFERENCE = "from coursepkg.checks.ch01_ngrams import count_ngrams as _reference\n"
+TAMPERING = {
+    # a decorator runs when the definition loads: it replaces the tripwire's methods
+    "patches-its-class": (_REFERENCE + '''
+import coursepkg.checks.forbidden as _fb
+def _patch(f):
+    _fb.Tripwire.__enter__ = lambda self: self
+    _fb.Tripwire.__exit__ = lambda self, *exc: None
+    _fb.Tripwire.forbidden_callable = lambda self, obj: None
+    return f
+@_patch
+def count_ngrams(sentences, n):
+    return _reference(sentences, n)
+''', "the course's reference solution of task 1.1"),
+    # setprofile called from C (map), which no profile hook sees
+    "switches-it-off-from-c": (_REFERENCE + '''
+import sys
+def count_ngrams(sentences, n):
+    list(map(sys.setprofile, [None]))
+    return _reference(sentences, n)
+''', "sys.setprofile"),
+    # the tripwire's object, found on the heap, emptied
+    "empties-it": (_REFERENCE + '''
+import gc
+def count_ngrams(sentences, n):
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "Tripwire":
+            obj.codes.clear(), obj.prefixes.clear(), obj.builtins.clear()
+    return _reference(sentences, n)
+''', "gc.get_objects"),
+    # the checker's own function rewritten to call the reference from trusted code
+    "rewrites-the-checker": (_REFERENCE + '''
+import coursepkg.checks.core as _core
+def count_ngrams(sentences, n):
+    _core.call_student.__code__ = _core.student_output.__code__
+    return _reference(sentences, n)
+''', "object.__setattr__ (on the grader's own functions)"),
+    # the reference called in another thread
+    "in-a-thread": (_REFERENCE + '''
+import threading
+def count_ngrams(sentences, n):
+    box = []
+    worker = threading.Thread(target=lambda: box.append(_reference(sentences, n)))
+    worker.start()
+    worker.join()
+    return box[0] if box else {}
+''', "_thread.start_new_thread (a thread: the grader runs your code on one thread)"),
+    # memory written through ctypes
+    "uses-ctypes": (_REFERENCE + '''
+import ctypes
+def count_ngrams(sentences, n):
+    ctypes.memset(ctypes.addressof(ctypes.c_int(0)), 0, 4)
+    return _reference(sentences, n)
+''', "ctypes"),
+}
+
+
 @pytest.fixture(scope="module")
 def batch01(tmp_path_factory):
     count = solution_source("01_ngrams", "count_ngrams")
@@ -311,6 +372,10 @@ def perplexity(model, sentences):
             "01_ngrams", "mle_prob").replace("return ", "return (", 1)),
         "compile-error": with_function("01_ngrams", "add_k_prob", solution_source(
             "01_ngrams", "add_k_prob").replace("def add_k_prob(", "def add_k_prob(k, ", 1)),
+    }
+    notebooks |= {
+        f"tamper-{name}": with_function("01_ngrams", "count_ngrams", source)
+        for name, (source, _) in TAMPERING.items()
     }
     base = tmp_path_factory.mktemp("batch01")
     notebooks["secret-reader"] = with_function(
@@ -405,6 +470,18 @@ def test_4_changing_the_caller_s_sentences_fails_the_cases(batch01):
     assert padded["points"] == 0
     public = next(c for c in padded["cases"] if not c["hidden"])
     assert "sentences" in public["message"] and GIVES_0 in public["message"].lower()
+
+
+@pytest.mark.parametrize("name", list(TAMPERING))
+def test_3_tampering_with_the_tripwire_is_itself_forbidden(batch01, name):
+    """Each notebook calls the course's reference after trying to switch the tripwire off
+    (or blind it): the task gets 0, the message names what it tried, the other tasks of the
+    notebook keep their points."""
+    graded = task(batch01, f"tamper-{name}", "1.1")
+    assert graded["status"] == "forbidden" and graded["points"] == 0, graded["cases"][0]
+    assert graded["cases"][0]["message"] == forbidden_message(TAMPERING[name][1])
+    others = [t for t in batch01["records"][f"tamper-{name}"]["tasks"] if t["id"] != "1.1"]
+    assert all(t["status"] == "passed" for t in others), name
 
 
 def test_5_forbidden_cases_keep_their_points_in_the_books(batch01):

@@ -45,7 +45,9 @@ HOSTILE = {
     ),
     "sysexit": "import sys\nsys.exit(1)\ndef count_ngrams(s, n):\n    sys.exit(0)\n",
     "osexit": "import os\ndef count_ngrams(s, n):\n    os._exit(0)\n",
-    "segfault": "import ctypes\ndef count_ngrams(s, n):\n    return ctypes.string_at(0)\n",
+    "segfault": (
+        "import os, signal\ndef count_ngrams(s, n):\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    ),
     "membomb": "def count_ngrams(s, n):\n    return bytearray(50 * 2**30)\n",
     "forkbomb": (
         "import os\ndef count_ngrams(s, n):\n    while True:\n        try:\n"
@@ -195,7 +197,7 @@ def test_the_solution_gets_full_marks_and_the_exercise_zero(graded):
         ("forkbomb", "timeout"),
         ("printer", "timeout"),
         ("alwayseq", "failed"),
-        ("thread", "failed"),
+        ("thread", "forbidden"),  # the grader runs the code on one thread
         ("patcher", "failed"),
         ("reference", "forbidden"),
         ("library", "forbidden"),

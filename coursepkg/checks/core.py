@@ -832,11 +832,23 @@ def student_output(task: Task, case: Case, func: Callable) -> object:
     caller, who reports them with :func:`exception_name` / :func:`exception_result`. A failure
     to build or copy the arguments is a :class:`CheckerBug`.
     """
+    return call_student(task, func, *case_arguments(task, case))
+
+
+def case_arguments(task: Task, case: Case) -> tuple[tuple, tuple]:
+    """The arguments of a case for the student's function, and a private copy of them (see
+    :func:`student_output`); raises :class:`CheckerBug` when they cannot be built."""
     try:
         args = task.build_args(student_args(case.args))
-        kept = _private_copy(args)
+        return args, _private_copy(args)
     except Exception as exc:
         raise CheckerBug(f"task {task.id}: cannot build the arguments of {case.name!r}") from exc
+
+
+def call_student(task: Task, func: Callable, args: tuple, kept: tuple) -> object:
+    """Call ``func`` on ``args`` (built by :func:`case_arguments`, with its copy ``kept``),
+    check that no argument changed, and return ``to_plain`` of the value (see
+    :func:`student_output`)."""
     value = func(*args)
     for position, (now, before) in enumerate(zip(args, kept, strict=True)):
         part = _changed_part(now, before)

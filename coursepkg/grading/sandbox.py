@@ -1,19 +1,22 @@
-"""Running one task of a submission in isolated, limited children: the parent's side.
+"""Running a submission's tasks in isolated, limited children: the parent's side.
 
-The trusted grader process never runs student code. For each (submission, task) it asks a
-pre-started server process (multiprocessing's forkserver, with torch and coursepkg already
-imported, so a child starts in milliseconds) to fork a fresh child, which isolates itself
-(:mod:`.isolation`) and runs the cases (:mod:`.worker`, passed in as the child's entry point:
-this module does not know what the child does). The child sends plain JSON bytes back, never
-pickle.
+The trusted grader process never runs student code. For each submission and group of tasks that
+forbid the same things (:func:`coursepkg.grading.grader.task_groups`) it asks a pre-started
+server process (multiprocessing's forkserver, with torch and coursepkg already imported and the
+checker warmed, so a child starts in milliseconds) to fork a fresh child, which isolates itself
+(:mod:`.isolation`), arms the forbidden-call tripwire for good, loads the submission once and
+runs the group's tasks in turn (:mod:`.worker`, passed in as the child's entry point: this module
+does not know what the child does). The child sends plain JSON bytes back, never pickle.
 
-Time is isolated per case. Each case may take ``Limits.timeout`` seconds (the clock restarts
-each time the child reports: started, submission loaded, each case answered); a task as a whole
-at most :func:`task_seconds` (twice that). A case that runs out of time, or whose child dies, fails
-alone: the child's whole process group (and, when it dropped privileges, every process of its
-user) is killed and the task's remaining cases run in a fresh child. Once the task's time is
-spent, its remaining cases are not run and fail as timed out, so a task whose every case loops
-forever costs at most twice the timeout, not one timeout per case.
+Time is isolated per case. Each case may take its task's ``Limits.timeout`` seconds (the clock
+restarts each time the child reports: started, submission loaded, task started, each case
+answered); a task as a whole at most :func:`task_seconds` (twice that). A case that runs out of
+time, or whose child dies, fails alone: the child's whole process group (and, when it dropped
+privileges, every process of its user) is killed and the task's remaining cases, then the
+group's remaining tasks, run in a fresh child. Once a task's time is spent, its remaining cases
+are not run and fail as timed out, so a task whose every case loops forever costs at most twice
+the timeout, not one timeout per case. A forbidden call ends the child at once (the tripwire
+says so first): that task is forbidden, and the next one goes on in a fresh child.
 
 The comparison with the expected values happens back in the trusted process
 (:mod:`.judging`).
@@ -33,12 +36,15 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from coursepkg.course import CHAPTERS
 from coursepkg.grading.isolation import Limits, can_isolate
 
-__all__ = ["Limits", "RawOutcome", "can_isolate", "run_cases", "run_in_child", "task_seconds"]
+__all__ = [
+    "Limits", "RawOutcome", "TaskRun", "can_isolate", "run_cases", "run_in_child", "run_tasks",
+    "task_seconds",
+]
 
 # Imported once by the fork server, so that no child pays for them: torch (first, on one
 # thread), the checks, and the package modules the notebooks import (coursepkg.data alone costs
@@ -162,55 +168,141 @@ def _bare_main():
             sys.modules["__main__"] = real
 
 
+@dataclass
+class TaskRun:
+    """One task for a child to run: its id, the cases (``{"index": i, "args": {...}}``, the args
+    without the held-back keys), its limits (``timeout`` per case, :func:`task_seconds` for the
+    whole task) and the module that registers it when :mod:`coursepkg.checks` does not."""
+
+    task: str
+    cases: list[dict]
+    limits: Limits
+    module: str = ""
+
+
+@dataclass
+class _Child:
+    """What one child did with the tasks it was given (see :func:`_run_child`)."""
+
+    outcomes: list[RawOutcome]
+    started: int = 0  # tasks it said it started, in order
+    loaded: bool = False
+    load_error: dict | None = None
+    ended: str = "ok"
+    detail: str = ""
+    isolation: dict = field(default_factory=dict)
+    forbidden: str | None = None  # what its tripwire saw (it ended there)
+    deadline: float | None = None  # when the task it was running runs out of time
+
+
 def run_cases(
     entry: Callable, request: dict, limits: Limits, workdir: str, hide: list[str], uid: int | None
 ) -> RawOutcome:
-    """Run every case of one task, in as many fresh children as time-outs and crashes need.
+    """Run every case of one task (``request``: {"code", "task", "cases", "module"}); see
+    :func:`run_tasks`."""
+    return run_tasks(entry, request["code"], [_task_run(request, limits)], workdir, hide, uid)[0]
+
+
+def run_tasks(
+    entry: Callable, code: str, runs: list[TaskRun], workdir: str, hide: list[str],
+    uid: int | None,
+) -> list[RawOutcome]:
+    """Run the cases of several tasks of one submission, in as few children as possible: one
+    child loads the submission once and runs the tasks in turn; a fresh child takes over after
+    a time-out, a crash or a forbidden call.
+
+    The tasks given together must forbid the same things (the child's tripwire is armed once,
+    for all of them, before the submission is loaded: :meth:`~coursepkg.checks.forbidden.
+    Tripwire.seal`). Each task keeps its own clocks: ``timeout`` per case, :func:`task_seconds`
+    for the task, counted from the start of the child that starts it.
 
     Args:
         entry: the child's main, ``entry(sender, request_json, limits, workdir, hide, uid)``
             (:func:`coursepkg.grading.worker.child_main`).
-        request: {"code": module source, "task": task id, "cases": [{"index": i, "args": {...}},
-            ...]}.
-        limits: the resource limits (``timeout`` is per case; see :func:`task_seconds`).
+        code: the submission's kept code.
+        runs: the tasks, in the order to run them.
         workdir: the child's private working directory (must exist, owned by ``uid``).
-        hide: folders and files to hide from the child (covered by an empty mount).
+        hide: folders and files to hide from the children (covered by an empty mount).
         uid: the unprivileged user to become, or None to stay (no isolation possible).
 
     Returns:
-        The raw outcome of all cases; the caller judges it.
+        One raw outcome per task, in the order of ``runs``; the caller judges them.
     """
-    total = RawOutcome()
-    deadline = None  # the task's clock starts with its first child (not with the fork server)
-    remaining = list(request["cases"])
-    while remaining:
-        outcome = run_in_child(
-            entry, {**request, "cases": remaining}, limits, workdir, hide, uid, deadline=deadline
-        )
-        deadline = total.deadline = outcome.deadline
-        total.children += 1
-        total.isolation = total.isolation or outcome.isolation
-        total.messages.extend(outcome.messages)
-        total.load_error, total.missing = outcome.load_error, outcome.missing
-        total.loaded, total.ended, total.detail = outcome.loaded, outcome.ended, outcome.detail
-        if not outcome.loaded or outcome.ended == "ok":
-            break  # nothing ran (the failure is the whole submission's), or all went well
-        answered = {m["case"] for m in outcome.messages}
-        left = [case for case in remaining if case["index"] not in answered]
-        if not left:
+    totals = [RawOutcome() for _ in runs]
+    position, deadline = 0, None
+    todo = list(runs)
+    while todo:
+        child = _run_child(entry, code, todo, workdir, hide, uid, deadline)
+        deadline = None
+        if not child.loaded:  # nothing ran: the failure is the whole submission's
+            for k, run in enumerate(todo):
+                total = totals[position + k]
+                total.children += 1
+                total.isolation = total.isolation or child.isolation
+                total.load_error, total.ended, total.detail = (
+                    child.load_error, child.ended, child.detail)
+                if child.forbidden is not None and run.cases:
+                    total.messages.append(_forbidden(run.cases[0]["index"], child.forbidden))
             break
-        # The first unanswered case is the one the child was running: it fails alone.
-        total.messages.append(_ended(left[0]["index"], outcome.ended, outcome.detail))
-        remaining = left[1:]
-        if remaining and (deadline is None or time.monotonic() >= deadline - 0.05):
-            why = f"not run: the task's earlier cases used all its {task_seconds(limits):g} s"
-            total.messages.extend(_ended(case["index"], "timeout", why) for case in remaining)
-            break
-    return total
+        if child.ended == "ok" and child.forbidden is None and child.started < len(todo):
+            child.ended, child.detail = "crashed", "it ended before returning a result"
+        current = max(child.started - 1, 0)
+        for k in range(current + 1):
+            total, outcome = totals[position + k], child.outcomes[k]
+            total.children += 1
+            total.isolation = total.isolation or child.isolation
+            total.loaded = True
+            total.messages.extend(outcome.messages)
+            total.missing = total.missing or outcome.missing
+        run, total = todo[current], totals[position + current]
+        total.deadline = child.deadline
+        if child.ended == "ok" and child.forbidden is None:
+            break  # every task ran to its end
+        answered = {m["case"] for m in child.outcomes[current].messages}
+        left = [case for case in run.cases if case["index"] not in answered]
+        rest: list[dict] = []
+        if child.forbidden is not None:  # the task is forbidden, whichever case it was
+            where = (left or run.cases)[0]["index"] if run.cases else 0
+            total.messages.append(_forbidden(where, child.forbidden))
+        elif left and not total.missing:
+            # The first unanswered case is the one the child was running: it fails alone.
+            total.messages.append(_ended(left[0]["index"], child.ended, child.detail))
+            total.ended, total.detail = child.ended, child.detail
+            rest = left[1:]
+            if rest and time.monotonic() >= child.deadline - 0.05:
+                spent = task_seconds(run.limits)
+                why = f"not run: the task's earlier cases used all its {spent:g} s"
+                total.messages.extend(_ended(case["index"], "timeout", why) for case in rest)
+                rest = []
+        if rest:
+            todo = [replace(run, cases=rest), *todo[current + 1:]]
+            position += current
+            deadline = child.deadline
+        else:
+            todo = todo[current + 1:]
+            position += current + 1
+    return totals
+
+
+def _task_run(request: dict, limits: Limits) -> TaskRun:
+    return TaskRun(request["task"], list(request["cases"]), limits, request.get("module", ""))
 
 
 def _ended(index: int, ended: str, detail: str) -> dict:
     return {"kind": "case", "case": index, "ended": ended, "detail": detail}
+
+
+def _forbidden(index: int, name: str) -> dict:
+    return {"kind": "case", "case": index, "forbidden": name}
+
+
+def _child_limits(runs: list[TaskRun]) -> Limits:
+    """The limits a child sets on itself for all its tasks (its CPU time: all their clocks)."""
+    return replace(
+        runs[0].limits,
+        timeout=max(run.limits.timeout for run in runs),
+        task_timeout=sum(task_seconds(run.limits) for run in runs),
+    )
 
 
 def run_in_child(
@@ -223,36 +315,61 @@ def run_in_child(
     *,
     deadline: float | None = None,
 ) -> RawOutcome:
-    """Run cases of one task in one fresh child and collect what it sends back.
+    """Run cases of one task (``request`` as in :func:`run_cases`) in one fresh child."""
+    child = _run_child(entry, request["code"], [_task_run(request, limits)], workdir, hide, uid,
+                       deadline)
+    outcome = child.outcomes[0]
+    outcome.loaded, outcome.load_error = child.loaded, child.load_error
+    outcome.ended, outcome.detail = child.ended, child.detail
+    outcome.isolation, outcome.deadline, outcome.children = child.isolation, child.deadline, 1
+    if child.forbidden is not None and request["cases"]:
+        outcome.messages.append(_forbidden(request["cases"][0]["index"], child.forbidden))
+    return outcome
 
-    The child has ``limits.timeout`` seconds for each step: to start and isolate itself, to
-    load the submission, then to answer each case; and never beyond ``deadline`` (a
-    ``time.monotonic()`` value; when None, :func:`task_seconds` from the child's start, which
-    the outcome's ``deadline`` gives back). When time is up or the child is gone, it is killed
-    with every process it started. Arguments as in :func:`run_cases`.
+
+def _run_child(
+    entry: Callable,
+    code: str,
+    runs: list[TaskRun],
+    workdir: str,
+    hide: list[str],
+    uid: int | None,
+    deadline: float | None,
+) -> _Child:
+    """Run tasks in one fresh child and collect what it sends back.
+
+    The child has its current task's ``timeout`` for each step: to start and isolate itself, to
+    load the submission, to start a task, then to answer each case; and never beyond the task's
+    deadline (a ``time.monotonic()`` value: ``deadline`` for the first task when given, else
+    :func:`task_seconds` from the child's start; for each later task, from its start). When
+    time is up or the child is gone, it is killed with every process it started.
     """
     ctx = _get_context(entry.__module__)
     receiver, sender = ctx.Pipe(duplex=False)
+    request = {
+        "code": code,
+        "tasks": [{"task": r.task, "module": r.module, "cases": r.cases} for r in runs],
+    }
     process = ctx.Process(
         target=entry,
-        args=(sender, json.dumps(request), asdict(limits), workdir, list(hide), uid),
+        args=(sender, json.dumps(request), asdict(_child_limits(runs)), workdir, list(hide), uid),
         daemon=True,
     )
     with _bare_main():
         process.start()  # on first use, this also starts the fork server (seconds)
     sender.close()
-    outcome = RawOutcome()
+    child = _Child(outcomes=[RawOutcome() for _ in runs])
     said_done = False
-    last = deadline if deadline is not None else time.monotonic() + task_seconds(limits)
-    outcome.deadline = last
+    current = 0
+    last = deadline if deadline is not None else time.monotonic() + task_seconds(runs[0].limits)
     step = time.monotonic()
-    window = min(step + limits.timeout, last)
+    window = min(step + runs[0].limits.timeout, last)
     try:
         while True:
             remaining = window - time.monotonic()
             if remaining <= 0:
-                outcome.ended = "timeout"
-                outcome.detail = f"no answer within {limits.timeout:g} s"
+                child.ended = "timeout"
+                child.detail = f"no answer within {runs[current].limits.timeout:g} s"
                 break
             if not receiver.poll(min(remaining, 0.5)):
                 if not process.is_alive() and not receiver.poll(0):
@@ -262,28 +379,34 @@ def run_in_child(
                 raw = receiver.recv_bytes(_MAX_MESSAGE_BYTES)
             except (EOFError, OSError):
                 break  # the child is gone (or sent more than we accept)
-            kind = _take(outcome, raw, time.monotonic() - step)
-            if kind == "done":
-                said_done = True
+            now = time.monotonic()
+            kind = _take(child, runs, raw, now - step)
+            if kind in ("done", "forbidden"):
+                said_done = kind == "done"
                 break
-            if kind in ("isolation", "loaded", "case"):  # the clock restarts for the next step
-                step = time.monotonic()
-                window = min(step + limits.timeout, last)
+            if kind == "task":
+                current = child.started - 1
+                if current > 0:
+                    last = now + task_seconds(runs[current].limits)
+            if kind is not None:  # the clock restarts for the next step
+                step = now
+                window = min(step + runs[current].limits.timeout, last)
     finally:
         _kill_tree(process, uid)
         receiver.close()
+    child.deadline = last
     # A child that said it was done ends itself at once, but our SIGKILL may come first: then
     # its exit status tells nothing about the submission.
-    if outcome.ended == "ok" and not said_done:
-        outcome.ended, outcome.detail = _classify_exit(process.exitcode)
-        if outcome.ended == "ok":  # gone without a word: the submission ended its process
-            outcome.ended = "crashed"
-            outcome.detail = "it ended before returning a result: os._exit()?"
-    return outcome
+    if child.ended == "ok" and not said_done and child.forbidden is None:
+        child.ended, child.detail = _classify_exit(process.exitcode)
+        if child.ended == "ok":  # gone without a word: the submission ended its process
+            child.ended = "crashed"
+            child.detail = "it ended before returning a result: os._exit()?"
+    return child
 
 
-def _take(outcome: RawOutcome, raw: bytes, seconds: float) -> str | None:
-    """Record one message; returns its kind ("done" when the child said it is done).
+def _take(child: _Child, runs: list[TaskRun], raw: bytes, seconds: float) -> str | None:
+    """Record one message; returns its kind, or None for a message that is not one.
     ``seconds``: the time since the child's previous message, recorded with a case's answer."""
     try:
         message = json.loads(raw.decode("utf-8"))
@@ -292,17 +415,23 @@ def _take(outcome: RawOutcome, raw: bytes, seconds: float) -> str | None:
     if not isinstance(message, dict):
         return None
     kind = message.get("kind")
+    outcome = child.outcomes[max(child.started - 1, 0)]
     if kind == "isolation" and isinstance(message.get("value"), dict):
-        outcome.isolation = message["value"]
+        child.isolation = message["value"]
     elif kind == "load_error":
-        outcome.load_error = {"exc": str(message.get("exc")), "msg": str(message.get("msg"))}
+        child.load_error = {"exc": str(message.get("exc")), "msg": str(message.get("msg"))}
+    elif kind == "loaded":
+        child.loaded = True
+    elif kind == "task" and child.started < len(runs) and message.get("task") == runs[
+            child.started].task:
+        child.started += 1
     elif kind == "missing":
         outcome.missing = True
-    elif kind == "loaded":
-        outcome.loaded = True
     elif kind == "case" and isinstance(message.get("case"), int) and "ended" not in message:
         message["seconds"] = round(seconds, 3)  # the parent's clock, whatever the child said
         outcome.messages.append(message)
+    elif kind == "forbidden":
+        child.forbidden = str(message.get("name"))
     elif kind != "done":
         return None
     return kind

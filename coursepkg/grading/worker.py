@@ -4,11 +4,15 @@ Everything in this module may be tampered with by the student's code (it runs in
 process), which is why nothing here decides a score: the child only sends back plain outputs,
 exception names and tripwire hits, and the trusted process judges them (:mod:`.judging`).
 
-The child isolates itself first (:mod:`.isolation`), loads the submission's kept code, says
-so, then runs the cases it was sent one by one inside the forbidden-call tripwire
-(:mod:`coursepkg.checks.forbidden`), sending one message per case. A case arrives as its index
-and its JSON ``args`` only: hidden cases are made from the instructor's secret in the trusted
-process, which the child never sees.
+The child isolates itself first (:mod:`.isolation`) and says so. Then, before any line of the
+submission runs, it builds every case's arguments (:func:`_build`: the checker's work, at full
+speed) and arms the forbidden-call tripwire for the rest of its life
+(:meth:`coursepkg.checks.forbidden.Tripwire.seal`: a forbidden call, or an attempt to switch
+the tripwire off, ends the child after one message). It loads the submission's kept code once,
+says so, and runs its tasks in turn (the tasks given to one child forbid the same things), one
+message when a task starts and one per case. A case arrives as its index and its JSON ``args``
+only: hidden cases are made from the instructor's secret in the trusted process, which the child
+never sees.
 """
 
 from __future__ import annotations
@@ -17,10 +21,22 @@ import ast
 import importlib
 import json
 import os
+import random
 from dataclasses import asdict
 
-from coursepkg.checks.core import TASKS, Case, exception_name, get_task, student_output
-from coursepkg.checks.forbidden import Tripwire
+import numpy as np
+import torch
+
+from coursepkg.checks.core import (
+    TASKS,
+    Case,
+    Task,
+    call_student,
+    case_arguments,
+    exception_name,
+    get_task,
+)
+from coursepkg.checks.forbidden import prepared
 from coursepkg.grading.isolation import enter_isolation
 
 
@@ -49,10 +65,11 @@ def _load(code: str, namespace: dict, send) -> bool:
 
 
 def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list, uid) -> None:
-    """Entry point of the child process (see :func:`coursepkg.grading.sandbox.run_in_child`).
+    """Entry point of the child process (see :func:`coursepkg.grading.sandbox.run_tasks`).
 
-    ``request_json``: {"code": module source, "task": task id,
-    "cases": [{"index": i, "args": {...}}, ...]}.
+    ``request_json``: {"code": module source, "tasks": [{"task": task id, "module": its
+    registering module, "cases": [{"index": i, "args": {...}}, ...]}, ...]}; the tasks forbid
+    the same things.
     """
 
     def send(message: dict) -> None:
@@ -74,35 +91,38 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
         _register(request)
         isolation = enter_isolation(limits, workdir, hide, uid)
         send({"kind": "isolation", "value": asdict(isolation)})
-        task = get_task(request["task"])
-        tripwire = Tripwire(task)
+        tasks = [get_task(spec["task"]) for spec in request["tasks"]]
+        built = [_build(task, spec["cases"]) for task, spec in zip(tasks, request["tasks"],
+                                                                     strict=True)]
+        # Armed before the submission's first line runs, for good: a hit ends this process.
+        verify = prepared(tasks).seal(sender.fileno())
         namespace: dict = {"__name__": "__submission__", "__builtins__": __builtins__}
         with open("submission.py", "w") as f:
             f.write(request["code"])
         if not _load(request["code"], namespace, send):
             return
-        func = namespace.get(task.func_name)
-        if not callable(func):
-            send({"kind": "missing"})
-            return
         send({"kind": "loaded"})
-        alias = tripwire.forbidden_callable(func)
-        if alias is not None:
-            for case in request["cases"]:
-                send({"kind": "case", "case": case["index"], "forbidden": alias})
-            return
-        for case in request["cases"]:
-            message: dict = {"kind": "case", "case": case["index"]}
-            try:
-                with tripwire:
-                    message["plain"] = student_output(task, Case("", 0, case["args"]), func)
-            except BaseException as exc:  # noqa: BLE001 - even SystemExit is the student's
-                message.pop("plain", None)
-                message["exc"] = _memory_or(exc)
-                message["msg"] = str(exc)[:300]
-            if tripwire.hit is not None:
-                message = {"kind": "case", "case": case["index"], "forbidden": tripwire.hit}
-            send(message)
+        for task, spec, cases in zip(tasks, request["tasks"], built, strict=True):
+            send({"kind": "task", "task": task.id})
+            func = namespace.get(task.func_name)
+            if not callable(func):
+                send({"kind": "missing"})
+                continue
+            call = _called_from_submission(func)
+            for case, arguments in zip(spec["cases"], cases, strict=True):
+                message: dict = {"kind": "case", "case": case["index"]}
+                try:
+                    if isinstance(arguments, BaseException):
+                        raise arguments
+                    args, kept, generators = arguments
+                    _set_generators(generators)
+                    message["plain"] = call_student(task, call, args, kept)
+                except BaseException as exc:  # noqa: BLE001 - even SystemExit is the student's
+                    message.pop("plain", None)
+                    message["exc"] = _memory_or(exc)
+                    message["msg"] = str(exc)[:300]
+                verify()
+                send(message)
     finally:
         try:
             sender.send_bytes(b'{"kind": "done"}')
@@ -110,12 +130,55 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
             os._exit(0)  # no atexit handlers, no waiting for the submission's threads
 
 
+def _build(task: Task, cases: list[dict]) -> list:
+    """Each case's arguments, their private copy and the random generators' state right after
+    building them (or the :class:`~coursepkg.checks.core.CheckerBug` raised), made before the
+    tripwire is armed: the checker's work then runs at full speed (under the tripwire's hook it
+    cost three to six times the student's own code), and no student code runs during it. Each
+    case starts from the generators' state its building left, as when built just before it."""
+    built: list = []
+    for case in cases:
+        try:
+            args, kept = case_arguments(task, Case("", 0, case["args"]))
+            built.append((args, kept, _generators()))
+        except Exception as exc:  # noqa: BLE001 - reported on the case
+            built.append(exc)
+    return built
+
+
+def _generators() -> tuple:
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _set_generators(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    random.setstate(state[1])
+    np.random.set_state(state[2])
+
+
+def _called_from_submission(func):  # noqa: ANN001, ANN202
+    """``func`` behind a caller of the submission's own: the tripwire trusts calls made by the
+    checker's code, so a graded function that *is* forbidden code (``count_ngrams =
+    the_reference``, a partial of it, a forbidden builtin) must be called from code that is
+    not the checker's to be seen. Its signature stays ``func``'s (``__wrapped__``), so that
+    messages name the function's own arguments."""
+    namespace = {"__name__": "__submission__", "func": func}
+    exec(_CALL, namespace)  # noqa: S102 - our own two lines
+    call = namespace["call"]
+    call.__wrapped__ = func
+    return call
+
+
+_CALL = compile("def call(*args):\n    return func(*args)\n", "submission.py", "exec")
+
+
 def _register(request: dict) -> None:
-    """Import the module of a task that ``coursepkg.checks`` does not register (a test's own
-    task), before isolation and before any student code: the request is the parent's."""
-    module = request.get("module")
-    if request["task"] not in TASKS and module:
-        importlib.import_module(module)
+    """Import the module of each task that ``coursepkg.checks`` does not register (a test's
+    own task), before isolation and before any student code: the request is the parent's."""
+    for spec in request["tasks"]:
+        module = spec.get("module")
+        if spec["task"] not in TASKS and module:
+            importlib.import_module(module)
 
 
 def _memory_or(exc: BaseException) -> str:
