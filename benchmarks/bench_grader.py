@@ -35,12 +35,14 @@ What it does:
    to both graders.
 4. Timings: ``coursepkg grade 01_ngrams DIR --out OUT --jobs 2`` as a subprocess (cold: with
    its start-up, the forkserver importing torch); the same batch again in this process with the
-   forkserver already running (warm), with ``--jobs 2`` and ``--jobs 1``; the students' own code
-   run in this process (exec of the kept definitions, then ``run_task(..., secret=...,
-   tripwire=False)`` for every task): the grader's overhead per submission is warm ``--jobs 1``
-   time minus that, per submission. It includes what the isolation costs: a fork per task, the
-   namespaces and private /tmp of each child, the forbidden-call tripwire around each case.
-   Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
+   forkserver already running (warm), with ``--jobs 2`` and ``--jobs 1``. Then the grader's
+   overhead, notebook by notebook, alternating (see :func:`course_warm`): the grader's work on a
+   notebook (``Grader.grade_submission``), then the notebook's own code run in this process
+   (exec of the kept definitions, then ``run_task(..., secret=..., tripwire=False)`` for every
+   task); the overhead per submission is the difference, averaged. It includes what the
+   isolation costs: the children (one per group of tasks that forbid the same things), their
+   namespaces and private /tmp, the forbidden-call tripwire's hook on every call of the
+   student's code. Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
 5. It checks that nbgrader graded every submission (its gradebook and ``autograded/``) and
    compares the points per task of both graders.
 
