@@ -134,8 +134,9 @@ def _build(task: Task, cases: list[dict]) -> list:
     """Each case's arguments, their private copy and the random generators' state right after
     building them (or the :class:`~coursepkg.checks.core.CheckerBug` raised), made before the
     tripwire is armed: the checker's work then runs at full speed (under the tripwire's hook it
-    cost three to six times the student's own code), and no student code runs during it. Each
-    case starts from the generators' state its building left, as when built just before it."""
+    took about six times as long, and most of a formula task's time), and no student code runs
+    during it. Each case starts from the generators' state its building left, as when built just
+    before it."""
     built: list = []
     for case in cases:
         try:
