@@ -10,6 +10,7 @@ honest code passes, and that the kernels come back.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from types import SimpleNamespace
 
@@ -229,3 +230,55 @@ def test_the_tripwire_s_own_code_is_not_a_forbidden_call():
     with pytest.raises(RuntimeError), wire:
         func()
     assert wire.hit == "the torch operator aten::_scaled_dot_product_attention_math"
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def test_a_tripwire_covers_those_that_forbid_no_more():
+    """Chapter 1: task 1.10 forbids what 1.1 forbids and more, 1.1 what 1.4 forbids (the
+    package's n-gram module covers its perplexity method), 1.4 what 1.7 forbids (the
+    checker's modules cover 1.7's reference); never the other way round. A tripwire that traps
+    kernels and one that does not cover neither."""
+    from coursepkg.checks import get_task
+
+    wires = [Tripwire(get_task(i)) for i in ("1.10", "1.1", "1.4", "1.7")]
+    for stricter, laxer in itertools.pairwise(wires):
+        assert stricter.covers(laxer) and not laxer.covers(stricter)
+    assert wires[0].covers(wires[-1])
+    names = Tripwire(fake_task(NAMES))
+    kernels = Tripwire(fake_task((*NAMES, *ATTENTION_OPS)))
+    assert not kernels.covers(names) and not names.covers(kernels)
+
+
+def test_a_task_s_reference_is_covered_only_where_it_is_forbidden():
+    """Task 3.4 forbids attention but not the checker: a question's reference (3.5's) may be
+    called under its tripwire, so a child may not run 3.5 after 3.4 (3.4 could keep 3.5's
+    answer for it). The questions forbid nothing but their own references: one covers another
+    only as their group (one tripwire for the three)."""
+    from coursepkg.checks import get_task
+
+    questions = [get_task(i) for i in ("3.5", "3.6", "3.7")]
+    assert not Tripwire(get_task("3.4")).covers(Tripwire(questions[0]))
+    assert not Tripwire(questions[0]).covers(Tripwire(questions[1]))  # each its own reference
+    assert all(Tripwire(*questions).covers(Tripwire(q)) for q in questions)  # their group's
+
+
+def test_every_chain_runs_strictest_first_and_every_task_once():
+    from coursepkg.checks import tasks_for
+    from coursepkg.course import CHAPTERS
+    from coursepkg.grading.grader import private_paths, task_chains
+
+    for chapter in CHAPTERS:
+        tasks = tasks_for(chapter.stem)
+        chains = task_chains(tasks)
+        ran = [t.id for chain in chains for group in chain for t in group]
+        assert sorted(ran) == sorted(t.id for t in tasks), chapter.stem
+        for chain in chains:
+            for before, after in itertools.pairwise(chain):
+                assert Tripwire(*before).covers(Tripwire(*after)), (chapter.stem, chain)
+                assert private_paths(before[0]) == private_paths(after[0])
+    first = [[[t.id for t in group] for group in chain]
+             for chain in task_chains(tasks_for("01_ngrams"))]
+    assert first == [[["1.10"], ["1.1", "1.2", "1.3", "1.5", "1.6"], ["1.4"],
+                      ["1.7", "1.8", "1.9"]]]

@@ -87,8 +87,9 @@ def memoriser_source() -> str:
 
 def secret_reader_source(secret_file: Path, tests_file: Path) -> str:
     """count_ngrams looks for the secret where a child could find it: the secret and tests
-    files, its environment and command lines, and what its process was started with (the
-    locals of every frame above it, the multiprocessing arguments). It knows only the secret's
+    files, its environment and command lines, and what its process was started with (every
+    string in the locals of every frame above it and in the multiprocessing arguments, through
+    containers and objects' attributes). It knows only the secret's
     SHA-256 (the secret itself in its source would be found in its own memory), and raises
     ValueError("nothing found") when it finds nothing: the public case's feedback shows it."""
     digests = {hashlib.sha256(TEST_SECRET).hexdigest(),
@@ -100,6 +101,25 @@ def _is_secret(data):
         data = data.encode("utf-8", "replace")
     candidates = [data.strip()] + re.findall(rb"[0-9a-f]{{{2 * len(TEST_SECRET)}}}", data)
     return any(hashlib.sha256(c).hexdigest() in {digests!r} for c in candidates)
+def _leaves(obj, depth, seen):
+    # every string in obj, through containers and objects' attributes: no method of the
+    # objects is called (the arguments of the child's other tasks are the package's objects,
+    # whose code this task may not call)
+    if type(obj) in (str, bytes):
+        yield obj
+        return
+    if depth > 8 or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if type(obj) in (list, tuple, set, frozenset):
+        for item in obj:
+            yield from _leaves(item, depth + 1, seen)
+    elif type(obj) is dict:
+        for key, value in obj.items():
+            yield from _leaves(key, depth + 1, seen)
+            yield from _leaves(value, depth + 1, seen)
+    elif type(getattr(obj, "__dict__", None)) is dict:
+        yield from _leaves(obj.__dict__, depth + 1, seen)
 def count_ngrams(sentences, n):
     found = []
     if open({str(tests_file)!r}, "rb").read() if os.access({str(tests_file)!r}, os.R_OK) else b"":
@@ -118,7 +138,7 @@ def count_ngrams(sentences, n):
     while frame is not None:
         started.append({{k: v for k, v in frame.f_locals.items() if k != "__builtins__"}})
         frame = frame.f_back
-    if _is_secret(repr(started)):
+    if any(_is_secret(leaf) for leaf in _leaves(started, 0, set())):
         found.append("what the child was started with")
     if found:
         raise RuntimeError("found the secret in " + ", ".join(sorted(set(found))))
@@ -329,6 +349,23 @@ def count_ngrams(sentences, n):
     worker.join()
     return box[0] if box else {}
 ''', "_thread.start_new_thread (a thread: the grader runs your code on one thread)"),
+    # the worker's own switch to a later task's tripwire (chapter 1's child runs 1.1 before
+    # 1.7, which allows the package's n-gram code), found in its frame and called early; then
+    # the package's padding and windows, which 1.1 forbids
+    "calls-the-switch": ('''
+import sys
+from coursepkg.ngram import ngrams, pad
+def count_ngrams(sentences, n):
+    frame = sys._getframe()
+    while frame is not None and "advance" not in frame.f_locals:
+        frame = frame.f_back
+    frame.f_locals["advance"](len(frame.f_locals["order"]) - 1)
+    counts = {}
+    for sentence in sentences:
+        for gram in ngrams(pad(sentence, n), n):
+            counts[gram] = counts.get(gram, 0) + 1
+    return counts
+''', "sys.setprofile"),
     # memory written through ctypes
     "uses-ctypes": (_REFERENCE + '''
 import ctypes
@@ -362,6 +399,11 @@ def count_ngrams(sentences, n):
             counts[gram] = counts.get(gram, 0) + 1
     return counts
 '''),
+        # a call that task 1.10 forbids runs when the notebook loads (a default value)
+        "loads-with-a-forbidden-call": with_function(
+            "01_ngrams", "count_ngrams", "import coursepkg.data as _data\n" + count.replace(
+                "def count_ngrams(sentences, n):",
+                "def count_ngrams(sentences, n, _words=_data.word_tokenize('to be')):", 1)),
         # 5: a forbidden call in task 1.4
         "calls-the-package": with_function("01_ngrams", "perplexity", '''
 def perplexity(model, sentences):
@@ -482,6 +524,16 @@ def test_3_tampering_with_the_tripwire_is_itself_forbidden(batch01, name):
     assert graded["cases"][0]["message"] == forbidden_message(TAMPERING[name][1])
     others = [t for t in batch01["records"][f"tamper-{name}"]["tasks"] if t["id"] != "1.1"]
     assert all(t["status"] == "passed" for t in others), name
+
+
+def test_3_a_forbidden_call_while_loading_costs_the_tasks_that_forbid_it(batch01):
+    """A child runs chapter 1's tasks strictest first, the notebook loaded under the first
+    task's tripwire: a call that only task 1.10 forbids, made while the notebook loads, costs
+    task 1.10 alone; the next child loads it under the next task's tripwire."""
+    tasks = {t["id"]: t for t in batch01["records"]["loads-with-a-forbidden-call"]["tasks"]}
+    assert tasks["1.10"]["status"] == "forbidden" and tasks["1.10"]["points"] == 0
+    assert tasks["1.10"]["cases"][0]["message"] == forbidden_message("coursepkg.data")
+    assert all(t["status"] == "passed" for i, t in tasks.items() if i != "1.10"), tasks
 
 
 def test_5_forbidden_cases_keep_their_points_in_the_books(batch01):

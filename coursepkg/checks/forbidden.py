@@ -120,6 +120,8 @@ _TRAP_KEYS = (
     "QuantizedCPU",
 )
 OPERATOR_PREFIX = "aten::"
+# What a hit on a task's reference solution is called (followed by the task's id).
+_REFERENCE = "the course's reference solution of task"
 
 
 def forbidden_message(name: str) -> str:
@@ -236,7 +238,7 @@ class Tripwire:
             else:
                 self._add(name, obj)
         for each in (task, *more):
-            self._add(f"the course's reference solution of task {each.id}", each.reference)
+            self._add(f"{_REFERENCE} {each.id}", each.reference)
         self._references = [each.reference for each in (task, *more)]
         self._hook = None  # made on first use (seal() makes its own)
         self._data: dict[bool, tuple] = {}
@@ -398,7 +400,7 @@ class Tripwire:
 
     # -- sealed, for the grader's child -----------------------------------------------------
 
-    def seal(self, fd: int) -> Callable[[], None]:
+    def seal(self, fd: int, *later: Tripwire) -> tuple[Callable[[], None], Callable[[int], None]]:
         """Arm the tripwire for the rest of this process, before any student code runs in it.
 
         For the grader's disposable child (:mod:`coursepkg.grading.worker`): the hook is
@@ -420,32 +422,70 @@ class Tripwire:
         - the caller the hook trusts is trusted by its code object, one of the course's
           checker's own (:func:`trusted_codes`), not by its module's name or globals.
 
-        Returns a function to call after each case: it ends the process the same way when the
-        forbidden operators' trap was removed meanwhile.
+        ``later``: the tripwires of the child's later tasks, each forbidding no more than the
+        one before it (:func:`covers`) and the same operators. ``advance(k)`` puts the hook of
+        ``later[k - 1]`` in place of the current one; only the frame that called ``seal`` may
+        call it (the worker's main, between two tasks): from anywhere else, it is a hit. Run
+        strictest first, nothing the submission computed before a switch used what the later
+        task forbids, and nothing after it can change what was sent back before.
+
+        Returns ``(verify, advance)``: ``verify()`` after each case ends the process the same
+        way when the forbidden operators' trap was removed meanwhile.
         """
-        report = types.FunctionType(
-            _report_template.__code__, {"__builtins__": {}}, "report",
-            (self._sealed_messages(),
-             _framed({"kind": "forbidden", "name": "forbidden code"}), os.write, os._exit, fd),
-        )
-        self._report = report
+        for each in later:
+            if each.kernels != self.kernels:
+                raise ValueError("a sealed tripwire's later stages must trap the same operators")
+        hooks = [
+            wire._make_hook(wire._report_to(fd), sealed=True) for wire in (self, *later)
+        ]
+        report = self._report = self._report_to(fd)
         self._arm_operators()
-        hook = self._make_hook(report, sealed=True)
         dump = __import__("torch")._C._dispatch_dump if self.kernels else None
         verify = types.FunctionType(
             _verify_template.__code__, {"__builtins__": {}}, "verify",
             (tuple(_kernel_keys(self.kernels).items()), dump, __file__, report, _TRAP_REMOVED,
              self._library),
         )
+        owner = sys._getframe(1)
+        advance = types.FunctionType(
+            _advance_template.__code__, {"__builtins__": {}}, "advance",
+            (tuple(hooks), owner, sys._getframe, sys.setprofile, report),
+        )
         guard = types.FunctionType(
             _guard_template.__code__, {"__builtins__": {}}, "guard",
             (types.MappingProxyType(dict(_GUARDED)).get, report,
-             frozenset(map(id, (hook, report, verify))), type, types.FunctionType, str, id),
+             frozenset(map(id, (*hooks, report, verify, advance))), type,
+             types.FunctionType, str, id, sys._getframe, advance.__code__, owner),
         )
         self._library = None  # kept by ``verify`` alone: nothing may disarm it now
-        sys.setprofile(hook)
+        sys.setprofile(hooks[0])
         sys.addaudithook(guard)
-        return verify
+        return verify, advance
+
+    def _report_to(self, fd: int):  # noqa: ANN202
+        """The sealed hit (see :func:`_report_template`) of this tripwire's messages."""
+        return types.FunctionType(
+            _report_template.__code__, {"__builtins__": {}}, "report",
+            (self._sealed_messages(),
+             _framed({"kind": "forbidden", "name": "forbidden code"}), os.write, os._exit, fd),
+        )
+
+    def covers(self, other: Tripwire) -> bool:
+        """True when everything ``other`` forbids, this tripwire forbids too, and both trap the
+        same operators: a child may run ``other``'s task after this one's (see :meth:`seal`)."""
+        if self.kernels != other.kernels:
+            return False
+        if not all(self._module_hit(prefix) for prefix in other.prefixes):
+            return False
+        for where, mine in ((other.codes, self.codes), (other.builtins, self.builtins)):
+            for key, label in where.items():
+                if key not in mine and not label.startswith(_REFERENCE) \
+                        and not self._module_hit(label):
+                    return False
+        return all(
+            self.forbidden_callable(layer) is not None
+            for reference in other._references for layer in _layers(reference)
+        )
 
 
 _TRAP_REMOVED = "torch.library (the forbidden operators' trap was removed)"
@@ -617,13 +657,17 @@ def _report_template(name, messages=None, fallback=None, write=None, exit_=None,
 
 
 def _guard_template(event, args, guarded=None, report=None, protected=None, _type=None,
-                    _function=None, _str=None, _id=None):
+                    _function=None, _str=None, _id=None, getframe=None, switch=None, owner=None):
     """The sealed tripwire's audit hook (see :meth:`Tripwire.seal`)."""
     name = guarded(event)
     if name is None:
         if event[:7] == "ctypes.":
             report(guarded("ctypes"))
         return
+    if event == "sys.setprofile":  # allowed to the switch alone, called by the worker's main
+        frame = getframe(1)
+        if frame.f_code is switch and frame.f_back is owner:
+            return
     if event == "object.__setattr__" or event == "object.__delattr__":
         target = args[0]
         if _type(target) is not _function:
@@ -633,6 +677,15 @@ def _guard_template(event, args, guarded=None, report=None, protected=None, _typ
         if not (ours or _id(target) in protected):
             return
     report(name)
+
+
+def _advance_template(stage, hooks=None, owner=None, getframe=None, setprofile=None,
+                      report=None):
+    """The sealed tripwire's switch to the hook of a later stage (see :meth:`Tripwire.seal`):
+    from any caller but the frame that sealed it, a hit."""
+    if getframe(1) is not owner:
+        report("sys.setprofile")
+    setprofile(hooks[stage])
 
 
 def _verify_template(keys=None, dump=None, own_file=None, report=None, removed=None, keep=None):

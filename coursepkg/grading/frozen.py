@@ -19,10 +19,9 @@ from coursepkg.checks import tasks_for
 from coursepkg.checks.forbidden import prepared, trusted_codes
 from coursepkg.course import CHAPTERS
 from coursepkg.grading.grader import task_groups
-from coursepkg.grading.isolation import Limits
 
 trusted_codes()
 for _chapter in CHAPTERS:
-    for _group in task_groups(tasks_for(_chapter.stem), Limits()):
+    for _group in task_groups(tasks_for(_chapter.stem)):
         prepared(_group)
 gc.freeze()

@@ -57,6 +57,7 @@ from coursepkg.checks.core import (
     student_args,
     tasks_for,
 )
+from coursepkg.checks.forbidden import Tripwire
 from coursepkg.grading import worker
 from coursepkg.grading.judging import task_record, unreadable_task
 from coursepkg.grading.late import LateError, LateSetup
@@ -97,7 +98,7 @@ UID_BASE = 1 << 28
 MAX_JOBS = 64
 #: Bumped when the grader records something else for the same notebook and cases (new statuses,
 #: messages, time rules), so that cached records of an older grader are not reused.
-GRADER_VERSION = 4
+GRADER_VERSION = 5
 
 
 _GRADERS = itertools.count()
@@ -142,6 +143,7 @@ class Grader:
             + _cases_digest({task.id: self.cases[task.id]}, secret)
             for task in self.tasks
         }
+        self.chains = task_chains(self.tasks)
         self.out = out
         self.jobs = min(max(1, jobs), MAX_JOBS)
         self.limits = limits or Limits()
@@ -247,16 +249,21 @@ class Grader:
         done = dict(reuse)
         uid = self._uids.get()
         try:
-            for group in task_groups([t for t in self.tasks if t.id not in reuse], self.limits):
-                done.update(self._run_group(sub, group, uid))
+            for chain in self.chains:
+                stages = [[t for t in group if t.id not in reuse] for group in chain]
+                if any(stages):
+                    done.update(self._run_chain(sub, chain, stages, uid))
         finally:
             self._uids.put(uid)
         records = [done[task.id] for task in self.tasks]
         return {"status": "graded", "problem": None, "notes": sub.notes, "tasks": records}
 
-    def _run_group(self, sub: Submission, tasks: list[Task], uid: int | None) -> dict[str, dict]:
-        """Run tasks that forbid the same things in as few children as possible (one, unless a
-        case times out, crashes or calls forbidden code): task id -> its record."""
+    def _run_chain(self, sub: Submission, chain: list[list[Task]], stages: list[list[Task]],
+                   uid: int | None) -> dict[str, dict]:
+        """Run the ``stages`` (the tasks to run of each group of a chain of :func:`task_chains`)
+        in as few children as possible (one, unless a case times out, crashes or calls
+        forbidden code): task id -> its record."""
+        tasks = [task for stage in stages for task in stage]
         workdir = Path(tempfile.mkdtemp(dir=self._tmp))
         try:
             if uid is not None:
@@ -268,8 +275,9 @@ class Grader:
                      for i, case in enumerate(self.cases[task.id])],
                     task_limits(task, self.limits, len(self.cases[task.id])),
                     task_module(task),
+                    tuple(t.id for t in group),
                 )
-                for task in tasks
+                for group, stage in zip(chain, stages, strict=True) for task in stage
             ]
             hide = self.hide + sorted({path for task in tasks for path in private_paths(task)})
             outcomes = run_tasks(worker.child_main, sub.code, runs, str(workdir), hide, uid)
@@ -282,16 +290,41 @@ class Grader:
         }
 
 
-def task_groups(tasks: Sequence[Task], limits: Limits) -> list[list[Task]]:
-    """The tasks one child may run together, in order: those that forbid the same things, with
-    the same per-case clock and the same private files (a child's tripwire and hidden files are
-    set once, before the submission is loaded). Chapter 1's ten tasks make four groups."""
+def task_groups(tasks: Sequence[Task]) -> list[list[Task]]:
+    """The tasks that forbid the same things and have the same private files, in order: one
+    tripwire serves a group (the grader's fork server prepares one per group). Chapter 1's ten
+    tasks make four groups."""
     groups: dict[tuple, list[Task]] = {}
     for task in tasks:
-        key = (tuple(sorted(task.forbidden)), task_limits(task, limits, 1).timeout,
-               tuple(private_paths(task)))
-        groups.setdefault(key, []).append(task)
+        groups.setdefault((tuple(sorted(task.forbidden)), tuple(private_paths(task))),
+                          []).append(task)
     return list(groups.values())
+
+
+def task_chains(tasks: Sequence[Task]) -> list[list[list[Task]]]:
+    """The groups of :func:`task_groups` that one child may run, one after the other: chains of
+    groups, strictest first, each group forbidding no more than the one before it (the same
+    operators, the same private files: :meth:`~coursepkg.checks.forbidden.Tripwire.covers`).
+
+    A child runs a chain's groups in that order, its tripwire switched between them
+    (:mod:`.worker`): whatever the submission computed before a switch, it computed under a
+    tripwire that forbade at least as much as the one after it. Chapter 1's four groups make
+    one chain; a group that forbids attention kernels and one that does not, two.
+    """
+    groups = task_groups(tasks)
+    wires = [Tripwire(*group) for group in groups]
+    private = [private_paths(group[0]) for group in groups]
+    covers = [[i != j and a.covers(b) for j, b in enumerate(wires)] for i, a in enumerate(wires)]
+    order = sorted(range(len(groups)), key=lambda i: -sum(covers[i]))  # stable: ties in order
+    chains: list[list[int]] = []
+    for i in order:
+        chain = next((c for c in chains if private[c[-1]] == private[i] and covers[c[-1]][i]),
+                     None)
+        if chain is None:
+            chains.append([i])
+        else:
+            chain.append(i)
+    return [[groups[i] for i in chain] for chain in chains]
 
 
 def task_limits(task: Task, limits: Limits, cases: int) -> Limits:

@@ -1,22 +1,25 @@
 """Running a submission's tasks in isolated, limited children: the parent's side.
 
-The trusted grader process never runs student code. For each submission and group of tasks that
-forbid the same things (:func:`coursepkg.grading.grader.task_groups`) it asks a pre-started
+The trusted grader process never runs student code. For each submission and chain of task
+groups (:func:`coursepkg.grading.grader.task_chains`: groups of tasks that forbid the same
+things, strictest first, each forbidding no more than the one before) it asks a pre-started
 server process (multiprocessing's forkserver, with torch and coursepkg already imported and the
 checker warmed, so a child starts in milliseconds) to fork a fresh child, which isolates itself
 (:mod:`.isolation`), arms the forbidden-call tripwire for good, loads the submission once and
-runs the group's tasks in turn (:mod:`.worker`, passed in as the child's entry point: this module
-does not know what the child does). The child sends plain JSON bytes back, never pickle.
+runs the tasks in turn, its tripwire switched between groups (:mod:`.worker`, passed in as the
+child's entry point: this module does not know what the child does). The child sends plain JSON
+bytes back, never pickle.
 
 Time is isolated per case. Each case may take its task's ``Limits.timeout`` seconds (the clock
 restarts each time the child reports: started, submission loaded, task started, each case
 answered); a task as a whole at most :func:`task_seconds` (twice that). A case that runs out of
 time, or whose child dies, fails alone: the child's whole process group (and, when it dropped
 privileges, every process of its user) is killed and the task's remaining cases, then the
-group's remaining tasks, run in a fresh child. Once a task's time is spent, its remaining cases
+chain's remaining tasks, run in a fresh child. Once a task's time is spent, its remaining cases
 are not run and fail as timed out, so a task whose every case loops forever costs at most twice
 the timeout, not one timeout per case. A forbidden call ends the child at once (the tripwire
-says so first): that task is forbidden, and the next one goes on in a fresh child.
+says so first): that task is forbidden, and the next one goes on in a fresh child (a forbidden
+call while the submission loads: every task of the first group).
 
 The comparison with the expected values happens back in the trusted process
 (:mod:`.judging`).
@@ -172,12 +175,14 @@ def _bare_main():
 class TaskRun:
     """One task for a child to run: its id, the cases (``{"index": i, "args": {...}}``, the args
     without the held-back keys), its limits (``timeout`` per case, :func:`task_seconds` for the
-    whole task) and the module that registers it when :mod:`coursepkg.checks` does not."""
+    whole task), the module that registers it when :mod:`coursepkg.checks` does not, and its
+    stage: the ids of the tasks whose tripwire it runs under (its group; empty: itself)."""
 
     task: str
     cases: list[dict]
     limits: Limits
     module: str = ""
+    stage: tuple[str, ...] = ()
 
 
 @dataclass
@@ -211,10 +216,13 @@ def run_tasks(
     child loads the submission once and runs the tasks in turn; a fresh child takes over after
     a time-out, a crash or a forbidden call.
 
-    The tasks given together must forbid the same things (the child's tripwire is armed once,
-    for all of them, before the submission is loaded: :meth:`~coursepkg.checks.forbidden.
-    Tripwire.seal`). Each task keeps its own clocks: ``timeout`` per case, :func:`task_seconds`
-    for the task, counted from the start of the child that starts it.
+    The tasks come in stages (:attr:`TaskRun.stage`, a stage's tasks together), strictest
+    first: each stage forbids no more than the one before it (the child's tripwire is armed
+    before the submission is loaded and switched between stages: :meth:`~coursepkg.checks.
+    forbidden.Tripwire.seal`). A forbidden call while loading ends the first stage's tasks
+    only; the next child loads the submission under the next stage's tripwire. Each task keeps
+    its own clocks: ``timeout`` per case, :func:`task_seconds` for the task, counted from the
+    start of the child that starts it.
 
     Args:
         entry: the child's main, ``entry(sender, request_json, limits, workdir, hide, uid)``
@@ -234,8 +242,12 @@ def run_tasks(
     while todo:
         child = _run_child(entry, code, todo, workdir, hide, uid, deadline)
         deadline = None
-        if not child.loaded:  # nothing ran: the failure is the whole submission's
-            for k, run in enumerate(todo):
+        if not child.loaded:  # nothing ran: the failure is the whole submission's...
+            failed = len(todo)
+            if child.forbidden is not None:  # ...or, for a forbidden call, its first stage's
+                stages = [_stage(run) for run in todo]
+                failed = stages.count(stages[0])  # a stage's tasks come together
+            for k, run in enumerate(todo[:failed]):
                 total = totals[position + k]
                 total.children += 1
                 total.isolation = total.isolation or child.isolation
@@ -243,7 +255,9 @@ def run_tasks(
                     child.load_error, child.ended, child.detail)
                 if child.forbidden is not None and run.cases:
                     total.messages.append(_forbidden(run.cases[0]["index"], child.forbidden))
-            break
+            todo = todo[failed:]
+            position += failed
+            continue
         if child.ended == "ok" and child.forbidden is None and child.started < len(todo):
             child.ended, child.detail = "crashed", "it ended before returning a result"
         current = max(child.started - 1, 0)
@@ -282,6 +296,10 @@ def run_tasks(
             todo = todo[current + 1:]
             position += current + 1
     return totals
+
+
+def _stage(run: TaskRun) -> tuple[str, ...]:
+    return run.stage or (run.task,)
 
 
 def _task_run(request: dict, limits: Limits) -> TaskRun:
@@ -348,7 +366,8 @@ def _run_child(
     receiver, sender = ctx.Pipe(duplex=False)
     request = {
         "code": code,
-        "tasks": [{"task": r.task, "module": r.module, "cases": r.cases} for r in runs],
+        "tasks": [{"task": r.task, "module": r.module, "stage": list(r.stage or (r.task,)),
+                   "cases": r.cases} for r in runs],
     }
     process = ctx.Process(
         target=entry,

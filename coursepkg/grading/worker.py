@@ -9,10 +9,11 @@ submission runs, it builds every case's arguments (:func:`_build`: the checker's
 speed) and arms the forbidden-call tripwire for the rest of its life
 (:meth:`coursepkg.checks.forbidden.Tripwire.seal`: a forbidden call, or an attempt to switch
 the tripwire off, ends the child after one message). It loads the submission's kept code once,
-says so, and runs its tasks in turn (the tasks given to one child forbid the same things), one
-message when a task starts and one per case. A case arrives as its index and its JSON ``args``
-only: hidden cases are made from the instructor's secret in the trusted process, which the child
-never sees.
+says so, and runs its tasks in turn, strictest first: between two groups of tasks that forbid
+different things, the worker's main (and nothing else) switches the hook to the next group's,
+which forbids no more. One message when a task starts and one per case. A case arrives as its
+index and its JSON ``args`` only: hidden cases are made from the instructor's secret in the
+trusted process, which the child never sees.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
     """Entry point of the child process (see :func:`coursepkg.grading.sandbox.run_tasks`).
 
     ``request_json``: {"code": module source, "tasks": [{"task": task id, "module": its
-    registering module, "cases": [{"index": i, "args": {...}}, ...]}, ...]}; the tasks forbid
-    the same things.
+    registering module, "stage": the ids of its group of tasks (those that forbid the same
+    things), "cases": [{"index": i, "args": {...}}, ...]}, ...]}; a group's tasks come
+    together, and each group forbids no more than the one before it (``grader.task_chains``).
     """
 
     def send(message: dict) -> None:
@@ -94,15 +96,24 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
         tasks = [get_task(spec["task"]) for spec in request["tasks"]]
         built = [_build(task, spec["cases"]) for task, spec in zip(tasks, request["tasks"],
                                                                      strict=True)]
+        # A task's stage: the group of tasks whose tripwire it runs under, strictest first.
+        stages = [tuple(spec.get("stage") or (spec["task"],)) for spec in request["tasks"]]
+        order = list(dict.fromkeys(stages))
+        wires = [prepared([get_task(each) for each in stage]) for stage in order]
         # Armed before the submission's first line runs, for good: a hit ends this process.
-        verify = prepared(tasks).seal(sender.fileno())
+        verify, advance = wires[0].seal(sender.fileno(), *wires[1:])
+        current = 0
         namespace: dict = {"__name__": "__submission__", "__builtins__": __builtins__}
         with open("submission.py", "w") as f:
             f.write(request["code"])
         if not _load(request["code"], namespace, send):
             return
         send({"kind": "loaded"})
-        for task, spec, cases in zip(tasks, request["tasks"], built, strict=True):
+        for task, stage, spec, cases in zip(tasks, stages, request["tasks"], built,
+                                             strict=True):
+            if order.index(stage) != current:
+                current = order.index(stage)
+                advance(current)
             send({"kind": "task", "task": task.id})
             func = namespace.get(task.func_name)
             if not callable(func):
