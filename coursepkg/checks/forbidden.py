@@ -8,7 +8,8 @@ Used by the notebooks' check cells around each case::
         ...  # the case fails: forbidden_message(wire.hit)
 
 and, sealed (:meth:`Tripwire.seal`), by the grader's isolated child for the whole of its life:
-armed before the submission's first line runs, never disarmed, a hit reported at once.
+armed before the submission's first line runs, never disarmed (between two of its tasks, the
+worker alone may switch it to the next task's, which forbids no more), a hit reported at once.
 
 A task's ``forbidden`` entries are of two kinds.
 
@@ -423,7 +424,7 @@ class Tripwire:
           checker's own (:func:`trusted_codes`), not by its module's name or globals.
 
         ``later``: the tripwires of the child's later tasks, each forbidding no more than the
-        one before it (:func:`covers`) and the same operators. ``advance(k)`` puts the hook of
+        one before it (:meth:`covers`) and the same operators. ``advance(k)`` puts the hook of
         ``later[k - 1]`` in place of the current one; only the frame that called ``seal`` may
         call it (the worker's main, between two tasks): from anywhere else, it is a hit. Run
         strictest first, nothing the submission computed before a switch used what the later
