@@ -40,9 +40,9 @@ What it does:
    notebook (``Grader.grade_submission``), then the notebook's own code run in this process
    (exec of the kept definitions, then ``run_task(..., secret=..., tripwire=False)`` for every
    task); the overhead per submission is the difference, averaged. It includes what the
-   isolation costs: the children (one per group of tasks that forbid the same things), their
-   namespaces and private /tmp, the forbidden-call tripwire's hook on every call of the
-   student's code. Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
+   isolation costs: the children (one per chain of task groups, strictest first: one for
+   chapter 1), their namespaces and private /tmp, the forbidden-call tripwire's hook on every
+   call of the student's code. Then ``nbgrader autograde 01_ngrams --force``, timed as a subprocess.
 5. It checks that nbgrader graded every submission (its gradebook and ``autograded/``) and
    compares the points per task of both graders.
 

@@ -1,6 +1,8 @@
 """Shared pytest set-up, and how `make unit` spreads the tests over the cores."""
 
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,17 @@ def seeded_secrets(request, monkeypatch):
 
     draws = random.Random(f"secrets of {request.node.nodeid}")
     monkeypatch.setattr(core, "new_secret", lambda: draws.randbytes(core.SECRET_BYTES))
+
+
+@pytest.fixture
+def short_tmpdir():
+    """A folder of the test's own, for the TMPDIR of a grader run killed with SIGKILL (which
+    cannot remove its temporary folders): a short path under the system's temporary folder,
+    since multiprocessing's fork-server socket in it must stay within AF_UNIX's 107 bytes;
+    removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="grader-kill-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass

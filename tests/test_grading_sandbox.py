@@ -298,12 +298,10 @@ def test_cli_grades_a_folder_and_reports_usage_mistakes(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
 
 
-def test_a_killed_run_resumes_to_the_same_gradebook(tmp_path):
-    import shutil
+def test_a_killed_run_resumes_to_the_same_gradebook(tmp_path, short_tmpdir):
     import signal
     import subprocess
     import sys
-    import tempfile
     import time
 
     subs = tmp_path / "subs"
@@ -329,21 +327,16 @@ def test_a_killed_run_resumes_to_the_same_gradebook(tmp_path):
         ]
 
     out = tmp_path / "out"
-    # A SIGKILLed grader cannot remove its temporary folders: they go into one of the test's own
-    # (a short one: the fork server's socket path must stay within AF_UNIX's 107 bytes).
-    own_tmp = tempfile.mkdtemp(prefix="sandbox-kill-")
-    try:
-        run = subprocess.Popen(
-            command(out), start_new_session=True, stderr=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env={**os.environ, "TMPDIR": own_tmp},
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list((out / "cache").glob("*.json"))) < 2:
-            time.sleep(0.05)
-        os.killpg(run.pid, signal.SIGKILL)  # SIGKILL mid-batch: no clean-up code runs
-        run.wait()
-    finally:
-        shutil.rmtree(own_tmp, ignore_errors=True)
+    # A SIGKILLed grader cannot remove its temporary folders: they go into one of the test's own.
+    run = subprocess.Popen(
+        command(out), start_new_session=True, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(short_tmpdir)},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((out / "cache").glob("*.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)  # SIGKILL mid-batch: no clean-up code runs
+    run.wait()
     assert not (out / "grades.csv").exists()
     assert 2 <= len(list((out / "cache").glob("*.json"))) < 5
 

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -159,13 +158,12 @@ def test_a_run_sorts_its_log_by_student(work):
     assert students == sorted(students)
 
 
-def test_a_shard_killed_mid_run_and_run_again_changes_nothing_else(work):
+def test_a_shard_killed_mid_run_and_run_again_changes_nothing_else(work, short_tmpdir):
     graded = sharded(work, "01_ngrams")
     out, other = graded["root"] / "killed-1", graded["shards"][2]
     command = grade_command("01_ngrams", graded["subs"], out, graded["secret"], "1/2")
-    # a grader killed with SIGKILL cannot remove its temporary folder: give it one of its own,
-    # with a short path (multiprocessing's socket in it must stay within AF_UNIX's 107 bytes)
-    scratch = Path(tempfile.mkdtemp(prefix="shard-kill-"))
+    # a grader killed with SIGKILL cannot remove its temporary folder: give it one of its own
+    scratch = short_tmpdir
     env = scheduler_env({"TMPDIR": str(scratch)})
     run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT)
@@ -194,7 +192,6 @@ def test_a_shard_killed_mid_run_and_run_again_changes_nothing_else(work):
     # the same points as the shard that was never interrupted, and the other shard untouched
     assert (out / "grades.csv").read_bytes() == (graded["shards"][1] / "grades.csv").read_bytes()
     assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == other_before
-    shutil.rmtree(scratch)
     merged = graded["root"] / "merged-after-kill"
     merge([out, other], merged)
     assert (merged / "grades.csv").read_bytes() == (

@@ -366,7 +366,7 @@ def _run_child(
     receiver, sender = ctx.Pipe(duplex=False)
     request = {
         "code": code,
-        "tasks": [{"task": r.task, "module": r.module, "stage": list(r.stage or (r.task,)),
+        "tasks": [{"task": r.task, "module": r.module, "stage": list(_stage(r)),
                    "cases": r.cases} for r in runs],
     }
     process = ctx.Process(

@@ -97,7 +97,7 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
         built = [_build(task, spec["cases"]) for task, spec in zip(tasks, request["tasks"],
                                                                      strict=True)]
         # A task's stage: the group of tasks whose tripwire it runs under, strictest first.
-        stages = [tuple(spec.get("stage") or (spec["task"],)) for spec in request["tasks"]]
+        stages = [tuple(spec["stage"]) for spec in request["tasks"]]
         order = list(dict.fromkeys(stages))
         wires = [prepared([get_task(each) for each in stage]) for stage in order]
         # Armed before the submission's first line runs, for good: a hit ends this process.
@@ -111,7 +111,7 @@ def child_main(sender, request_json: str, limits: dict, workdir: str, hide: list
         send({"kind": "loaded"})
         for task, stage, spec, cases in zip(tasks, stages, request["tasks"], built,
                                              strict=True):
-            if order.index(stage) != current:
+            if order.index(stage) != current:  # the next group's tripwire, which forbids less
                 current = order.index(stage)
                 advance(current)
             send({"kind": "task", "task": task.id})
